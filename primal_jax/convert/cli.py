@@ -1,0 +1,50 @@
+"""`python -m primal_jax.convert verify CASE.npz [CASE.npz ...]`.
+
+Rebuilds each reference case from its JSON, runs it, prints the max relative
+error of every output it can compute, and exits 1 if any exceeds the tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from primal_jax.convert.cases import load_case, relative_errors, run_case
+
+DEFAULT_TOLERANCE = 1e-4
+
+
+def verify(path: str, tolerance: float, out=sys.stdout) -> bool:
+  case = load_case(path)
+  errors = relative_errors(case, run_case(case))
+  if not errors:
+    print(f"{case.name}: no output could be computed", file=out)
+    return False
+  missing = sorted(set(case.outputs) - set(errors))
+  width = max(len(k) for k in errors)
+  print(f"{case.name} ({case.meta['torch_module']['class']})", file=out)
+  for key, err in errors.items():
+    print(f"  {key:<{width}}  max rel err {err:.3e}  {'ok' if err <= tolerance else 'FAIL'}", file=out)
+  for key in missing:
+    print(f"  {key:<{width}}  (not computed)", file=out)
+  return all(err <= tolerance for err in errors.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m primal_jax.convert", description=__doc__)
+  sub = parser.add_subparsers(dest="command", required=True)
+  v = sub.add_parser("verify", help="check reference cases against the PyTorch release's golden outputs")
+  v.add_argument("cases", nargs="+", help="<case>.npz files (with <case>.json beside them)")
+  v.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="max relative error per output")
+  args = parser.parse_args(argv)
+  if args.tolerance <= 0:
+    parser.error(f"--tolerance must be > 0, got {args.tolerance}")
+  ok = True
+  for path in args.cases:
+    try:
+      ok &= verify(path, args.tolerance)
+    except (OSError, ValueError, KeyError) as err:
+      print(f"{path}: error: {err}", file=sys.stderr)
+      ok = False
+  print("all outputs within tolerance" if ok else "FAILED", file=sys.stderr)
+  return 0 if ok else 1

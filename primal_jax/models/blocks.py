@@ -1,0 +1,125 @@
+"""Pre-norm Transformer blocks whose attention is chosen by name."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from primal_jax.attention.registry import get_attention
+from primal_jax.initializers import linear_inits
+from primal_jax.models.config import TransformerConfig
+
+
+def layer_norm(config: TransformerConfig, name: str) -> nn.LayerNorm:
+  return nn.LayerNorm(
+    epsilon=config.layer_norm_eps,
+    dtype=config.dtype,
+    param_dtype=config.param_dtype,
+    scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+    name=name,
+  )
+
+
+def dense(config: TransformerConfig, features: int, fan_in: int, axes: tuple[str, str], name: str) -> nn.Dense:
+  kernel_init, bias_init = linear_inits(config.init_style, fan_in)
+  return nn.Dense(
+    features,
+    dtype=config.dtype,
+    param_dtype=config.param_dtype,
+    kernel_init=nn.with_logical_partitioning(kernel_init, axes),
+    bias_init=nn.with_logical_partitioning(bias_init, axes[1:]),
+    name=name,
+  )
+
+
+class MlpBlock(nn.Module):
+  """Linear(D -> hidden), GELU, dropout, Linear(hidden -> D), dropout."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+    cfg = self.config
+    h = dense(cfg, cfg.hidden_dim, cfg.dim, ("embed", "mlp"), "fc_in")(x)
+    h = nn.gelu(h, approximate=not cfg.exact_gelu)
+    h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+    h = dense(cfg, cfg.dim, cfg.hidden_dim, ("mlp", "embed"), "fc_out")(h)
+    return nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+
+
+class EncoderBlock(nn.Module):
+  """x + Dropout(Attention(LN1(x))); x + MLP(LN2(x)).
+
+  Attributes:
+    config: model hyper-parameters.
+    attention: registry name of this layer's attention ("primal", "softmax").
+    causal: causal attention (decoders).
+    decode: incremental decoding (attention caches in the `cache` collection).
+  """
+
+  config: TransformerConfig
+  attention: str = "primal"
+  causal: bool = False
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array, mask: jax.Array | None, deterministic: bool) -> jax.Array:
+    cfg = self.config
+    attention_cls = functools.partial(
+      get_attention(self.attention), decode=self.decode, **cfg.attention_kwargs(self.attention, self.causal)
+    )
+    h = layer_norm(cfg, "norm1")(x)
+    h = attention_cls(name="attention")(h, mask=mask, deterministic=deterministic)
+    x = x + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+    return x + MlpBlock(cfg, name="mlp")(layer_norm(cfg, "norm2")(x), deterministic)
+
+
+class TransformerStack(nn.Module):
+  """The blocks of `config.layers` then a final LayerNorm: [B, N, D] -> [B, N, D]."""
+
+  config: TransformerConfig
+  causal: bool = False
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array, mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+    for i, name in enumerate(self.config.layers):
+      x = EncoderBlock(self.config, name, self.causal, self.decode, name=f"block_{i}")(x, mask, deterministic)
+    x = layer_norm(self.config, "final_norm")(x)
+    if mask is not None and self.config.mask_final:
+      x = x * mask[..., None].astype(x.dtype)
+    return x
+
+
+class TokenEmbedding(nn.Module):
+  """Token + learnable position embeddings, then dropout: [B, N] ids -> [B, N, D]."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array, positions: jax.Array, deterministic: bool) -> jax.Array:
+    cfg = self.config
+    # The release's LRA Embeddings draw both tables from N(0, 0.02).
+    init = nn.initializers.normal(0.02) if cfg.init_style != "flax" else nn.initializers.normal(1.0)
+    embed = functools.partial(
+      nn.Embed,
+      features=cfg.dim,
+      dtype=cfg.dtype,
+      param_dtype=cfg.param_dtype,
+      embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")),
+    )
+    x = embed(cfg.vocab_size, name="tokens")(tokens) + embed(cfg.max_len, name="positions")(positions)
+    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+def check_tokens(tokens: jax.Array, config: TransformerConfig, name: str = "tokens") -> None:
+  if tokens.ndim != 2:
+    raise ValueError(f"{name} must have rank 2 [batch, length], got shape {tuple(tokens.shape)}")
+  if tokens.shape[1] > config.max_len:
+    raise ValueError(f"{name} length {tokens.shape[1]} exceeds max_len={config.max_len}")
+  if not jnp.issubdtype(tokens.dtype, jnp.integer):
+    raise ValueError(f"{name} must be integer token ids, got dtype {tokens.dtype}")

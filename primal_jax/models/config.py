@@ -1,0 +1,109 @@
+"""Frozen model hyper-parameters, shared by every model family.
+
+Which layers use Primal-Attention is a per-layer tuple of attention names, so
+PrimalFormer (all Primal), Primal.+X (last layer Primal) and the softmax
+Transformer are configs, not separate model classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+from primal_jax.initializers import INIT_STYLES
+from primal_jax.validation import check_choice, check_divisible, check_positive
+
+FAMILIES = ("primalformer", "primal_plus", "softmax")
+POOLINGS = ("mean", "masked_mean", "cls")
+
+
+def family_layers(family: str, num_layers: int) -> tuple[str, ...]:
+  """Per-layer attention names of a model family.
+
+  "primalformer": every layer Primal; "primal_plus": only the last layer
+  Primal (Primal.+X with X the softmax Transformer); "softmax": none.
+  """
+  check_choice(family, FAMILIES, "family")
+  check_positive(num_layers, "num_layers")
+  primal_from = {"primalformer": 0, "primal_plus": num_layers - 1, "softmax": num_layers}[family]
+  return tuple("primal" if i >= primal_from else "softmax" for i in range(num_layers))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Hyper-parameters of a pre-norm Transformer with Primal or softmax layers.
+
+  Defaults are the release's LRA ListOps PrimalFormer (2 layers, dim 64,
+  hidden 128, 2 heads x 32, s = 20, rank_multi 10).
+  """
+
+  layers: tuple[str, ...] = ("primal", "primal")
+  vocab_size: int = 32
+  max_len: int = 512
+  dim: int = 64
+  hidden_dim: int = 128
+  num_heads: int = 2
+  # Primal-Attention.
+  low_rank: int = 20
+  rank_multi: int = 10
+  num_samples: int | None = None
+  data_dependent: bool = True
+  feature_map: str = "cosine"
+  sampling: str = "release"
+  # Regularisation and numerics.
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  layer_norm_eps: float = 1e-5  # PyTorch default (Flax's is 1e-6)
+  exact_gelu: bool = True  # PyTorch nn.GELU (Flax's default is the tanh form)
+  init_style: str = "torch"
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+  # Heads.
+  pooling: str = "mean"
+  num_classes: int = 10
+  mask_final: bool = True  # release: final LayerNorm output multiplied by the mask
+
+  def __post_init__(self):
+    check_positive(self.dim, "dim")
+    check_positive(self.num_heads, "num_heads")
+    check_divisible(self.dim, self.num_heads, "dim", "num_heads")
+    if not self.layers:
+      raise ValueError("layers must name at least one attention layer")
+    for name in self.layers:
+      check_choice(name, ("primal", "softmax"), "layers[i]")
+    check_choice(self.pooling, POOLINGS, "pooling")
+    check_choice(self.init_style, INIT_STYLES, "init_style")
+
+  @property
+  def num_layers(self) -> int:
+    return len(self.layers)
+
+  def attention_kwargs(self, name: str, causal: bool) -> dict[str, Any]:
+    """Constructor kwargs of the attention registered under `name`."""
+    common = dict(
+      num_heads=self.num_heads,
+      causal=causal,
+      dropout_rate=self.attention_dropout_rate,
+      init_style=self.init_style,
+      dtype=self.dtype,
+      param_dtype=self.param_dtype,
+    )
+    specific = {
+      "primal": dict(
+        low_rank=self.low_rank,
+        rank_multi=self.rank_multi,
+        num_samples=self.num_samples,
+        data_dependent=self.data_dependent and not causal,
+        feature_map=self.feature_map,
+        sampling=self.sampling,
+      ),
+      "softmax": {},
+    }
+    return {**common, **specific[name]}
+
+
+def make_config(family: str = "primalformer", num_layers: int = 2, **overrides) -> TransformerConfig:
+  """A `TransformerConfig` for a model family, e.g. make_config("primal_plus", 6, dim=512)."""
+  return TransformerConfig(layers=family_layers(family, num_layers), **overrides)

@@ -1,0 +1,58 @@
+"""Causal decoder language model with incremental decoding.
+
+Primal layers decode from the running sums of q and k (O(1) state per head);
+softmax layers from a key/value cache of `max_len` positions.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from primal_jax.models.blocks import TokenEmbedding, TransformerStack, check_tokens, dense
+from primal_jax.models.config import TransformerConfig
+
+
+class CausalLM(nn.Module):
+  """Decoder-only LM: ids [B, T] -> next-token logits [B, T, vocab].
+
+  Attributes:
+    config: hyper-parameters; Primal layers are causal and data-independent.
+    decode: incremental decoding; the `cache` collection keeps the position
+      and each layer's state. Use `init_cache` and `decode_step`.
+  """
+
+  config: TransformerConfig
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array, mask: jax.Array | None = None, deterministic: bool = True):
+    check_tokens(tokens, self.config)
+    length = tokens.shape[1]
+    if self.decode:
+      initialized = self.has_variable("cache", "position")
+      position = self.variable("cache", "position", lambda: jnp.array(0, jnp.int32))
+      start = position.value
+      if initialized:
+        position.value = start + length
+    else:
+      start = 0
+    positions = (start + jnp.arange(length))[None, :]
+    x = TokenEmbedding(self.config, name="embed")(tokens, positions, deterministic)
+    x = TransformerStack(self.config, causal=True, decode=self.decode, name="decoder")(x, mask, deterministic)
+    return dense(self.config, self.config.vocab_size, self.config.dim, ("embed", "vocab"), "lm_head")(x)
+
+
+def init_cache(model: CausalLM, batch_size: int) -> dict:
+  """Zero decoding state for `batch_size` sequences (softmax caches hold `max_len` positions)."""
+  decoder = model.clone(decode=True)
+  tokens = jnp.zeros((batch_size, model.config.max_len), jnp.int32)
+  shapes = jax.eval_shape(lambda: decoder.init(jax.random.key(0), tokens)["cache"])
+  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def decode_step(model: CausalLM, params, cache, tokens: jax.Array):
+  """Feeds T >= 1 new tokens [B, T]; returns (logits [B, T, vocab], new cache)."""
+  logits, updated = model.clone(decode=True).apply({"params": params, "cache": cache}, tokens, mutable=["cache"])
+  return logits, updated["cache"]
