@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
   )
 
   updates, _ = optax.radam(1e-3).update(grads, optax.radam(1e-3).init(params), params)
-  _, (ce2, reg2, _) = loss_fn(optax.apply_updates(params, updates))
+  _, (ce2, reg2, _) = jax.jit(loss_fn)(optax.apply_updates(params, updates))
   print(f"after one RAdam step (lr 1e-3): cross-entropy {float(ce2):.4f}  loss_ksvd {float(reg2):.6f}")
   finite = bool(jnp.isfinite(total)) and all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
   if not finite:

@@ -132,7 +132,10 @@ def ksvd_objective(terms: KSVDTerms, spec: KSVDSpec = RELEASE_SEQUENCE) -> jax.A
     quad_e, quad_r = terms.energy_e_sq, terms.energy_r_sq
   batch = spec.reduction == "batch"
   if batch:
-    quad_e, quad_r = jnp.sum(quad_e, 0), jnp.sum(quad_r, 0)  # [H]
+    # Release: divided by the total count below (mean over b, i). Paper: mean over b of the
+    # per-sequence sums, consistent with the batch-mean trace (a sum would scale with B).
+    reduce_b = jnp.sum if spec.convention == "release" else jnp.mean
+    quad_e, quad_r = reduce_b(quad_e, 0), reduce_b(quad_r, 0)  # [H]
     count = jnp.sum(terms.count)
   else:
     count = terms.count[:, None]  # [B, 1]

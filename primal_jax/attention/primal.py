@@ -240,10 +240,13 @@ class PrimalAttention(nn.Module):
       has_offset=offset is not None,
     )
     escore, rscore, we_x, wr_x = lifted(q, k, we, wr, rows, valid, offset)  # [B,H,N,s], [B,H,p,s]
-    self.sow("intermediates", "escore", escore)
-    self.sow("intermediates", "rscore", rscore)
-    if not self.decode:
-      self.sow(KSVD_COLLECTION, "terms", ksvd_terms(escore, rscore, lam, we, wr, we_x, wr_x, valid))
+    # Not while initialising: `init` would return stale terms that a later
+    # `apply(variables, mutable=["ksvd"])` appends to.
+    if not self.is_initializing():
+      self.sow("intermediates", "escore", escore)
+      self.sow("intermediates", "rscore", rscore)
+      if not self.decode:
+        self.sow(KSVD_COLLECTION, "terms", ksvd_terms(escore, rscore, lam, we, wr, we_x, wr_x, valid))
 
     combine_kernel, combine_bias = linear_inits(self.init_style, 2 * s, self.kernel_init, self.bias_init)
     heads_out = nn.Dense(

@@ -71,6 +71,8 @@ class SoftmaxAttention(nn.Module):
     mask: [B, M] key padding (True = real) or [B, 1|H, N, M] attention mask.
     """
     check_positive(self.num_heads, "num_heads")
+    if self.decode and not self.causal:
+      raise ValueError("decode=True needs causal=True (the key/value cache only serves causal decoding)")
     if inputs_kv is not None:
       if inputs_k is not None or inputs_v is not None:
         raise ValueError("pass either inputs_k/inputs_v or inputs_kv, not both")

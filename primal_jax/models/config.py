@@ -49,7 +49,7 @@ class TransformerConfig:
   low_rank: int = 20
   rank_multi: int = 10
   num_samples: int | None = None
-  data_dependent: bool = True
+  data_dependent: bool = True  # must be False for causal models (CausalLM)
   feature_map: str = "cosine"
   sampling: str = "release"
   # Regularisation and numerics.
@@ -95,7 +95,7 @@ class TransformerConfig:
         low_rank=self.low_rank,
         rank_multi=self.rank_multi,
         num_samples=self.num_samples,
-        data_dependent=self.data_dependent and not causal,
+        data_dependent=self.data_dependent,
         feature_map=self.feature_map,
         sampling=self.sampling,
       ),
