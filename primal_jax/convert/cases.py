@@ -87,6 +87,9 @@ def run_lra_classifier(case: ReferenceCase) -> dict[str, np.ndarray]:
   )
   tokens = jnp.asarray(case.inputs["input_ids"], jnp.int32)
   mask = jnp.asarray(case.inputs["mask"], jnp.float32)
+  if cfg["pooling_mode"] == "CLS":  # the release's append_cls: id vocab_size-1 first, last token dropped
+    tokens = jnp.concatenate([jnp.full_like(tokens[:, :1], cfg["vocab_size"] - 1), tokens[:, :-1]], axis=1)
+    mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask[:, :-1]], axis=1)
   labels = jnp.asarray(case.inputs["label"], jnp.int32)
   logits, state = SequenceClassifier(config).apply({"params": params}, tokens, mask, mutable=["ksvd", "intermediates"])
   out = {"logits": logits, "encoder_out": state["intermediates"]["encoder_out"][0]}

@@ -14,7 +14,8 @@ from primal_jax.convert.cases import load_case, relative_errors, run_case
 DEFAULT_TOLERANCE = 1e-4
 
 
-def verify(path: str, tolerance: float, out=sys.stdout) -> bool:
+def verify(path: str, tolerance: float, out=None) -> bool:
+  out = sys.stdout if out is None else out
   case = load_case(path)
   errors = relative_errors(case, run_case(case))
   if not errors:
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
   v.add_argument("cases", nargs="+", help="<case>.npz files (with <case>.json beside them)")
   v.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="max relative error per output")
   args = parser.parse_args(argv)
-  if args.tolerance <= 0:
+  if not args.tolerance > 0:  # also rejects NaN
     parser.error(f"--tolerance must be > 0, got {args.tolerance}")
   ok = True
   for path in args.cases:
