@@ -68,9 +68,12 @@ def softmax_kernel_normalizer(
     valid: optional [N] 0/1 weights; padded keys do not enter the row sums.
     causal: if True, row i sums keys j <= i only.
   Returns:
-    [N] strictly positive normalisers (D_ii).
+    [N] strictly positive normalisers (D_ii); 1 where no key enters the sum.
   """
   k = phi_k if valid is None else phi_k * valid[:, None].astype(phi_k.dtype)
   key_sums = jnp.cumsum(k, axis=0) if causal else jnp.sum(k, axis=0, keepdims=True)
   d = jnp.sum(phi_q * key_sums, axis=-1)
-  return jnp.maximum(d, jnp.finfo(d.dtype).tiny)
+  # D = 0 only where no (real) key enters the sum (padding before the first real token). A tiny
+  # floor there gives D^-1/2 ~ 1e19: its square overflows in the KSVD terms and its infinite
+  # derivative turns the masked zero cotangents into NaN gradients. Those rows are masked anyway.
+  return jnp.where(d > 0, d, jnp.ones_like(d))

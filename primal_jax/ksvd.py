@@ -140,6 +140,7 @@ def ksvd_objective(terms: KSVDTerms, spec: KSVDSpec = RELEASE_SEQUENCE) -> jax.A
   else:
     count = terms.count[:, None]  # [B, 1]
   if spec.convention == "release":
+    count = jnp.maximum(count, 1.0)  # an all-padding sequence: 0 / 0 would make the loss NaN
     quad_e, quad_r = quad_e / count, quad_r / count
   if spec.trace == "params":
     trace = terms.trace_params

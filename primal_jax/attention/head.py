@@ -52,11 +52,13 @@ def primal_head(
     we_x, wr_x = data_dependent_weights(rows, we), data_dependent_weights(rows, wr)
   escore, rscore = primal_scores(phi_q, phi_k, we_x, wr_x)
   if normalize:
-    k_for_sum = phi_k
+    # Mask padded keys BEFORE folding in the offset: the offset (earlier tokens' key features,
+    # already masked) must survive a chunk whose first token is padding.
+    k_for_sum = phi_k if valid is None else phi_k * valid[:, None].astype(phi_k.dtype)
     if key_sum_offset is not None:
       # Fold earlier tokens' key features into the first row of the running sum.
       k_for_sum = k_for_sum.at[0].add(key_sum_offset.astype(k_for_sum.dtype))
-    d = softmax_kernel_normalizer(phi_q, k_for_sum, valid, causal_normalizer)
+    d = softmax_kernel_normalizer(phi_q, k_for_sum, None, causal_normalizer)
     scale = jax.lax.rsqrt(d)[:, None].astype(escore.dtype)
     escore, rscore = escore * scale, rscore * scale
   return escore, rscore, we_x, wr_x
