@@ -41,9 +41,9 @@ def _decode(module, params, cache, x, chunks, mask=None):
 
 
 @pytest.mark.parametrize("feature_map", ["cosine", "softmax_kernel"])
-@pytest.mark.parametrize("chunks", [[1] * N, [4] + [1] * (N - 4), [3, 2, 4]], ids=["tokens", "prefix", "chunks"])
+@pytest.mark.parametrize("chunks", [[1] * N, [4] + [1] * (N - 4)], ids=["tokens", "prefix"])
 def test_primal_decoding_equals_full_forward(feature_map, chunks):
-  """Cached running sums reproduce the causal layer: tokens one by one, a prefix chunk then tokens, or chunks."""
+  """Cached running sums reproduce the causal layer: tokens one by one, or a prefix chunk then tokens."""
   full, dec = _primal(feature_map)
   x = normal(0, (B, N, D))
   params = random_params(full, x)
@@ -85,13 +85,13 @@ def test_primal_decode_does_not_sow_ksvd_terms():
 
 
 @pytest.mark.parametrize("feature_map", ["cosine", "softmax_kernel"])
-@pytest.mark.parametrize("chunks", [[1] * N, [4, 5], [2, 3, 4]], ids=["tokens", "prefix", "chunks"])
+@pytest.mark.parametrize("chunks", [[1] * N, [2, 3, 4]], ids=["tokens", "chunks"])
 def test_primal_padding_aware_decoding_equals_full_forward(feature_map, chunks):
   """With sampling="padding_aware" and a [B, N] mask (padding anywhere), decoding equals the full forward."""
   full, dec = _primal(feature_map, sampling="padding_aware", mask_outputs=False)
   x = normal(3, (B, N, D))
   mask = np.ones((B, N), bool)
-  mask[0, [2, 4, 5]] = False  # padding at chunk starts (positions 2 and 4) and inside chunks
+  mask[0, [2, 4, 5]] = False  # padded chunk starts (2 and 5 for chunks [2, 3, 4]) and inside a chunk
   mask[1, [1, 7]] = False
   params = random_params(full, x, mask=mask)
   expected = np.asarray(full.apply({"params": params}, x, mask=mask))

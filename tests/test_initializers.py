@@ -12,7 +12,7 @@ from primal_jax.attention import PrimalAttention
 from primal_jax.initializers import embedding_init, linear_inits, torch_orthogonal_init, uniform01_init
 
 
-@pytest.mark.parametrize("shape", [(2, 200, 20), (8, 29, 20), (1, 128, 32), (3, 5, 4)])
+@pytest.mark.parametrize("shape", [(2, 200, 20), (1, 128, 32), (3, 5, 4)])
 def test_torch_orthogonal_rows(shape):
   """[H, a, s] flattened to [H, a*s] has orthonormal rows: unit-Frobenius heads, mutually orthogonal."""
   w = np.asarray(torch_orthogonal_init()(jax.random.key(0), shape), np.float64)
