@@ -129,29 +129,6 @@ def running_mean(z, valid=None):
 # ----------------------------------------------------------------------------- KSVD objective
 
 
-def paper_j(e, r, lam, we_x, wr_x, valid=None):
-  """Paper eq. 11 for one sequence and head: sums over (real) positions, Lambda linear."""
-  e, r, lam = (np.asarray(a, F64) for a in (e, r, lam))
-  w = np.ones(e.shape[0]) if valid is None else np.asarray(valid, F64)
-  quad_e = sum(w[i] * e[i] @ np.diag(lam) @ e[i] for i in range(e.shape[0]))
-  quad_r = sum(w[i] * r[i] @ np.diag(lam) @ r[i] for i in range(r.shape[0]))
-  trace = np.trace(np.asarray(we_x, F64).T @ np.asarray(wr_x, F64))
-  return 0.5 * quad_e + 0.5 * quad_r - trace
-
-
-def release_quadratic(e, lam, valid=None):
-  """mean over (real) positions i of ||e_i * lam||^2."""
-  e, lam = np.asarray(e, F64), np.asarray(lam, F64)
-  w = np.ones(e.shape[0]) if valid is None else np.asarray(valid, F64)
-  values = [w[i] * np.sum((e[i] * lam) ** 2) for i in range(e.shape[0])]
-  return sum(values) / sum(w)
-
-
-def release_j(e, r, lam, trace, valid=None):
-  """Release per (sequence, head): 0.5 mean_i ||e_i lam||^2 + 0.5 mean_i ||r_i lam||^2 - trace."""
-  return 0.5 * release_quadratic(e, lam, valid) + 0.5 * release_quadratic(r, lam, valid) - trace
-
-
 def layer_j(escore, rscore, lam, we, wr, we_x, wr_x, *, convention, trace, reduction, valid=None):
   """One layer's J in any (convention, trace, reduction): [B] per sample or a scalar for "batch".
 

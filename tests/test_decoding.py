@@ -9,6 +9,7 @@ import numpy as np
 import numpy_reference as ref
 import pytest
 from attention_utils import normal, padding_mask, random_params
+from flax import linen as nn
 
 from primal_jax.attention import PrimalAttention, SoftmaxAttention
 
@@ -60,7 +61,9 @@ def test_primal_cache_shapes_independent_of_length(feature_map):
   x = normal(1, (B, N, D))
   params = random_params(full, x)
   shapes = lambda tree: jax.tree_util.tree_map(jnp.shape, tree)
-  cache_1 = dec.init(jax.random.key(0), x[:, :1])["cache"]
+  variables_1 = dec.init(jax.random.key(0), x[:, :1])
+  assert shapes(nn.meta.unbox(variables_1["params"])) == shapes(params)  # same tree as decode=False
+  cache_1 = variables_1["cache"]
   cache_n = dec.init(jax.random.key(0), x)["cache"]
   expected = {"sum_q": (B, H, P), "sum_k": (B, H, P), "count": (B,)}
   if feature_map == "softmax_kernel":

@@ -138,6 +138,17 @@ def test_param_shapes_and_logical_axes():
   assert _module(data_dependent=False).sampled_rows is None
 
 
+def test_init_does_not_sow_stale_terms():
+  """init returns parameters only, so apply(init_variables, mutable=["ksvd"]) holds exactly one KSVDTerms."""
+  module, _, x, _, _ = _setup("data_dependent")
+  variables = jax.eval_shape(module.init, jax.random.key(0), x)
+  assert set(variables) == {"params"}
+  params = random_params(module, x)
+  _, state = module.apply({**variables, "params": params}, x, mutable=["ksvd", "intermediates"])
+  assert len(collect_terms(state["ksvd"])) == 1
+  assert len(state["intermediates"]["escore"]) == 1
+
+
 SHAPE_CONFIGS = ["data_dependent", "data_independent", "causal", "softmax_kernel"]
 
 

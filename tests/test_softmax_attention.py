@@ -140,6 +140,7 @@ X, Y, Y1 = (np.zeros(shape, np.float32) for shape in ((B, N, D), (B, M, D), (B, 
     (dict(), X, dict(inputs_k=Y, inputs_kv=Y), "inputs_kv"),
     (dict(causal=True), X, dict(inputs_kv=Y), "causal"),
     (dict(init_style="kaiming"), X, {}, "init_style"),
+    (dict(decode=True), X, {}, "decode"),
   ],
 )
 def test_clear_errors(kwargs, inputs, call_kwargs, match):

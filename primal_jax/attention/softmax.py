@@ -18,8 +18,9 @@ from primal_jax.initializers import linear_inits
 from primal_jax.masks import attention_bias_mask
 from primal_jax.validation import check_divisible, check_finite, check_positive, check_rank, check_same_shape
 
-# The release subtracts 1e6 from masked scores rather than using -inf: a row
-# with every key masked becomes uniform instead of NaN.
+# The release subtracts 1e6 from masked scores rather than using -inf, so a row
+# with every key masked stays finite (in float32 it stays close to the unmasked
+# softmax, since s - 1e6 keeps s to ~1/16); such rows are zeroed by the models.
 MASK_PENALTY = 1e6
 
 
