@@ -1,0 +1,323 @@
+"""The one registry from task name to input pipeline, and the UEA classification pipeline.
+
+`get_input_pipeline(data_config)` is what a training binary calls: it returns an
+`InputPipeline` whose batches are per-host numpy dicts
+
+  inputs  float32 [b, seq_len, C]   zero past each series' end
+  mask    bool    [b, seq_len]      True at real time steps
+  label   int32   [b]               class index (@classLabel order)
+  weight  float32 [b]               1 for a real example, 0 for padding
+  index   int64   [b]               case position in its .ts file; -1 for padding
+
+with b = global batch size / process_count (see `pipeline` for the ordering).
+
+UEA preprocessing follows the release (mvts_transformer, which the authors'
+time-series code is built on): per-channel standardisation with the mean and
+the (ddof=1, pandas') standard deviation over all real time steps of the
+training cases, applied to every split. The release divides by std + float
+eps; here std is floored at 1e-8, which differs only for a (near) constant
+channel, where both leave ~0. The release pads/truncates to the longest
+training series; `seq_len=0` here takes the longest over train and test, so no
+test series is truncated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from primal_jax.data import pipeline
+from primal_jax.data.pipeline import Example, Subset
+
+NORMALIZATIONS: tuple[str, ...] = ("standardization", "none")
+STD_FLOOR = 1e-8
+_OPTIONAL = types.MappingProxyType(
+  {"data_dir": None, "seq_len": 0, "normalization": "standardization", "val_fraction": 0.0}
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  """What a model and a train loop need to know about a task's data."""
+
+  name: str
+  num_classes: int
+  num_features: int  # C, channels per time step
+  seq_len: int  # every batch is padded/truncated to this length
+  max_length: int  # longest series over all splits (> seq_len means truncation)
+  split_sizes: Mapping[str, int]  # real examples per split: "train", "test", and "validation" if carved out
+  class_names: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPipeline:
+  """Per-host train and eval batches of one task; every method is deterministic given the config.
+
+  Attributes:
+    info: the task's DatasetInfo.
+    sources: split name -> random-access source of examples.
+    transform: applied to every example before collation (normalisation), or None.
+    batch_size, eval_batch_size: GLOBAL batch sizes (all hosts together).
+    seed: fixes the per-epoch orders.
+  """
+
+  info: DatasetInfo
+  sources: Mapping[str, Sequence[Example]]
+  transform: pipeline.Transform | None
+  batch_size: int
+  eval_batch_size: int
+  seed: int
+  process_index: int = 0
+  process_count: int = 1
+
+  def __post_init__(self) -> None:
+    pipeline.local_batch_size(self.batch_size, self.process_count)  # validates divisibility
+    pipeline.local_batch_size(self.eval_batch_size, self.process_count)
+    if not 0 <= self.process_index < self.process_count:
+      raise ValueError(f"process_index must lie in [0, {self.process_count}), got {self.process_index}")
+
+  @property
+  def steps_per_epoch(self) -> int:
+    """Global batches per training epoch (the last one padded)."""
+    return math.ceil(len(self.sources["train"]) / self.batch_size)
+
+  @property
+  def eval_splits(self) -> tuple[str, ...]:
+    return tuple(self.sources)
+
+  def num_eval_batches(self, split: str) -> int:
+    return math.ceil(len(self._source(split)) / self.eval_batch_size)
+
+  def _source(self, split: str) -> Sequence[Example]:
+    if split not in self.sources:
+      raise ValueError(f"split must be one of {', '.join(self.sources)}, got {split!r}")
+    return self.sources[split]
+
+  def _batches(self, split: str, order: np.ndarray, global_batch: int) -> Iterator[dict[str, np.ndarray]]:
+    rows = pipeline.host_rows(order, global_batch, self.process_index, self.process_count)
+    local = pipeline.local_batch_size(global_batch, self.process_count)
+    collate = pipeline.Collate(self.info.seq_len, self.info.num_features)
+    yield from pipeline.iterate(pipeline.batch_dataset(self._source(split), rows, local, collate, self.transform))
+
+  def train_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
+    """The `steps_per_epoch` local batches of training epoch `epoch`, each example exactly once."""
+    order = pipeline.train_order(len(self.sources["train"]), self.batch_size, seed=self.seed, epoch=epoch)
+    return self._batches("train", order, self.batch_size)
+
+  def eval_batches(self, split: str) -> Iterator[dict[str, np.ndarray]]:
+    """The `num_eval_batches(split)` local batches of `split`, in file order, each example exactly once."""
+    order = pipeline.eval_order(len(self._source(split)), self.eval_batch_size)
+    return self._batches(split, order, self.eval_batch_size)
+
+
+def _config_values(data_config: Any) -> dict[str, Any]:
+  """The attributes the pipelines read, with defaults for the optional ones."""
+  values = {}
+  for key in ("task", "dataset", "source", "batch_size", "eval_batch_size", "seed"):
+    if not hasattr(data_config, key):
+      raise ValueError(f"data_config has no attribute {key!r}; it needs task, dataset, source, batch sizes and seed")
+    values[key] = getattr(data_config, key)
+  for key, default in _OPTIONAL.items():
+    values[key] = getattr(data_config, key, default)
+  return values
+
+
+@dataclasses.dataclass(frozen=True)
+class _SplitScan:
+  """One pass over a split: lengths, labels and per-case channel moments (for merging into train statistics)."""
+
+  lengths: np.ndarray  # [n] int64
+  labels: np.ndarray  # [n] int64
+  means: np.ndarray  # [n, C] float64 per-case channel means
+  sq_devs: np.ndarray  # [n, C] float64 per-case sums of squared deviations from those means
+
+
+def _scan(source: Sequence[Example], dataset: str, split: str, num_classes: int) -> _SplitScan:
+  n = len(source)
+  if n == 0:
+    raise ValueError(f"dataset {dataset!r}, split {split!r} has no examples")
+  lengths, labels, means, sq_devs = [], [], [], []
+  for i in range(n):
+    example = source[i]
+    values = np.asarray(example["values"], dtype=np.float64)  # [length, C]
+    index = int(example.get("index", i))
+    if values.ndim != 2 or values.shape[0] == 0:
+      raise ValueError(f"dataset {dataset!r}, split {split!r}, example {index}: values shape {values.shape}")
+    if not np.isfinite(values).all():
+      raise ValueError(
+        f"dataset {dataset!r}, split {split!r}, example {index}: NaN or infinite values; impute them before "
+        "training (ts_format.read_ts(missing='zero') or your own imputation)"
+      )
+    label = int(example["label"])
+    if not 0 <= label < num_classes:
+      where = f"dataset {dataset!r}, split {split!r}, example {index}"
+      raise ValueError(f"{where}: label {label} not in [0, {num_classes})")
+    mean = values.mean(axis=0)  # [C]
+    lengths.append(values.shape[0])
+    labels.append(label)
+    means.append(mean)
+    sq_devs.append(((values - mean) ** 2).sum(axis=0))
+  channels = {m.shape[0] for m in means}
+  if len(channels) != 1:
+    raise ValueError(f"dataset {dataset!r}, split {split!r}: examples have different channel counts {sorted(channels)}")
+  return _SplitScan(np.array(lengths, np.int64), np.array(labels, np.int64), np.stack(means), np.stack(sq_devs))
+
+
+def channel_statistics(scan: _SplitScan, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(mean, std) [C] float64 over all time steps of the cases at `positions`, std with ddof=1 (pandas').
+
+  Merges the per-case moments exactly (Chan et al.): the total sum of squared
+  deviations is the within-case sums plus n_i * (mean_i - mean)^2.
+  """
+  counts = scan.lengths[positions].astype(np.float64)[:, None]  # [k, 1]
+  total = counts.sum()
+  mean = (counts * scan.means[positions]).sum(axis=0) / total  # [C]
+  sq_dev = scan.sq_devs[positions].sum(axis=0) + (counts * (scan.means[positions] - mean) ** 2).sum(axis=0)
+  std = np.sqrt(sq_dev / max(total - 1.0, 1.0))
+  return mean, std
+
+
+def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """(train_positions, val_positions), sorted, disjoint, covering range(len(labels)).
+
+  round(fraction * n) cases (at least 1, at most n - 1) go to validation,
+  spread over classes in proportion to their sizes (largest remainders first)
+  while keeping at least one case of every class in train; only when that is
+  impossible are the rest drawn from any class. Depends only on (labels,
+  fraction, seed).
+  """
+  n = len(labels)
+  if n < 2:
+    raise ValueError(f"a validation split needs at least 2 training cases, got {n}")
+  num_val = min(max(round(fraction * n), 1), n - 1)
+  rng = np.random.default_rng([pipeline.check_nonnegative_int(seed, "seed"), pipeline.VALIDATION_SPLIT_STREAM])
+  classes, counts = np.unique(labels, return_counts=True)
+  quota = fraction * counts
+  capacity = np.maximum(counts - 1, 0)
+  take = np.minimum(np.floor(quota).astype(np.int64), capacity)
+  by_remainder = np.argsort(-(quota - np.floor(quota)), kind="stable")  # largest remainders first
+  while take.sum() < num_val and (take < capacity).any():
+    for c in by_remainder:
+      if take.sum() < num_val and take[c] < capacity[c]:
+        take[c] += 1
+  shuffled = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
+  val = [s[:k] for s, k in zip(shuffled, take, strict=True)]
+  short = num_val - int(take.sum())
+  if short:  # stratification impossible (too many singleton classes): fill from the remaining cases
+    rest = np.concatenate([s[k:] for s, k in zip(shuffled, take, strict=True)])
+    val.append(rng.choice(rest, size=short, replace=False))
+  val_positions = np.sort(np.concatenate(val)).astype(np.int64)
+  train_positions = np.setdiff1d(np.arange(n, dtype=np.int64), val_positions)
+  return train_positions, val_positions
+
+
+@dataclasses.dataclass(frozen=True)
+class Standardize:
+  """(values - mean) / max(std, STD_FLOOR) per channel, computed in float64 and returned as float32."""
+
+  mean: np.ndarray  # [C] float64
+  scale: np.ndarray  # [C] float64, std floored at STD_FLOOR
+
+  def __call__(self, example: Example) -> Example:
+    values = (np.asarray(example["values"], dtype=np.float64) - self.mean) / self.scale
+    return {**example, "values": values.astype(np.float32)}
+
+
+def pipeline_from_splits(
+  name: str,
+  splits: Mapping[str, Sequence[Example]],
+  class_names: Sequence[str],
+  data_config: Any,
+  *,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> InputPipeline:
+  """The InputPipeline of a classification problem given its "train" and "test" sources.
+
+  Scans every example once (finiteness, labels, lengths, moments), carves the
+  validation split out of train if `val_fraction > 0`, and fits the
+  normalisation on what remains of train.
+  """
+  cfg = _config_values(data_config)
+  if set(splits) != {"train", "test"}:
+    raise ValueError(f"splits must be exactly 'train' and 'test', got {sorted(splits)}")
+  if cfg["normalization"] not in NORMALIZATIONS:
+    raise ValueError(f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {cfg['normalization']!r}")
+  fraction = float(cfg["val_fraction"])
+  if not 0.0 <= fraction < 1.0:
+    raise ValueError(f"val_fraction must lie in [0, 1), got {cfg['val_fraction']!r}")
+  seq_len = pipeline.check_nonnegative_int(cfg["seq_len"], "seq_len")
+  seed = pipeline.check_nonnegative_int(cfg["seed"], "seed")
+
+  scans = {split: _scan(source, name, split, len(class_names)) for split, source in splits.items()}
+  channels = {split: scan.means.shape[1] for split, scan in scans.items()}
+  if len(set(channels.values())) != 1:
+    raise ValueError(f"dataset {name!r}: splits have different channel counts {channels}")
+  train_positions = np.arange(len(splits["train"]), dtype=np.int64)
+  sources: dict[str, Sequence[Example]] = {"train": splits["train"], "test": splits["test"]}
+  if fraction > 0.0:
+    train_positions, val_positions = validation_split(scans["train"].labels, fraction, seed)
+    sources = {
+      "train": Subset(splits["train"], train_positions),
+      "validation": Subset(splits["train"], val_positions),
+      "test": splits["test"],
+    }
+
+  transform = None
+  if cfg["normalization"] == "standardization":
+    mean, std = channel_statistics(scans["train"], train_positions)
+    transform = Standardize(mean=mean, scale=np.maximum(std, STD_FLOOR))
+
+  max_length = int(max(scan.lengths.max() for scan in scans.values()))
+  info = DatasetInfo(
+    name=name,
+    num_classes=len(class_names),
+    num_features=channels["train"],
+    seq_len=seq_len or max_length,
+    max_length=max_length,
+    split_sizes=types.MappingProxyType({split: len(source) for split, source in sources.items()}),
+    class_names=tuple(class_names),
+  )
+  return InputPipeline(
+    info=info,
+    sources=types.MappingProxyType(sources),
+    transform=transform,
+    batch_size=cfg["batch_size"],
+    eval_batch_size=cfg["eval_batch_size"],
+    seed=seed,
+    process_index=process_index,
+    process_count=process_count,
+  )
+
+
+def make_uea_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
+  """A UEA problem (`data_config.dataset`) prepared as TFDS ArrayRecords from `data_config.source`.
+
+  Every host prepares (or finds) the dataset under `data_dir`; with a shared
+  `data_dir`, prepare it once first (e.g. on process 0 before the others start).
+  """
+  from primal_jax.data.uea_tfds import prepare_uea  # tfds is imported only by the tasks that need it
+
+  cfg = _config_values(data_config)
+  builder = prepare_uea(cfg["dataset"], cfg["source"], cfg["data_dir"])
+  splits = {split: builder.as_data_source(split) for split in ("train", "test")}
+  class_names = builder.info.features["label"].names
+  return pipeline_from_splits(
+    cfg["dataset"], splits, class_names, data_config, process_index=process_index, process_count=process_count
+  )
+
+
+INPUT_PIPELINES = types.MappingProxyType({"uea": make_uea_pipeline})
+
+
+def get_input_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
+  """The InputPipeline of `data_config.task` (a key of INPUT_PIPELINES) for this host."""
+  task = getattr(data_config, "task", None)
+  if task not in INPUT_PIPELINES:
+    raise ValueError(f"unknown task {task!r}; registered tasks: {', '.join(sorted(INPUT_PIPELINES))}")
+  return INPUT_PIPELINES[task](data_config, process_index=process_index, process_count=process_count)
