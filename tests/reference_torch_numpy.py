@@ -283,6 +283,77 @@ def lra_classifier(sd, cfg, inputs):
   return out
 
 
+# ----------------------------------------------------------------------------- TimeSeries PrimalformerClassiregressor
+
+
+def conv1x1(x, sd, name):
+  """torch Conv1d(kernel_size=1) on [B, L, C] (applied over the transposed [B, C, L]): weight [out, in, 1]."""
+  w = np.asarray(sd[name + ".weight"], F64)
+  assert w.shape[2] == 1, w.shape
+  return np.asarray(x, F64) @ w[:, :, 0].T + np.asarray(sd[name + ".bias"], F64)
+
+
+def timeseries_softmax_attention(x, sd, prefix, num_heads):
+  """The release's time-series `AttentionLayer` with attn_type "softmax": no padding mask reaches it."""
+  q = split_heads(linear(x, sd, prefix + "query_projection"), num_heads)  # [B, H, L, p]
+  k = split_heads(linear(x, sd, prefix + "key_projection"), num_heads)
+  v = split_heads(linear(x, sd, prefix + "value_projection"), num_heads)
+  dot = np.einsum("band,bamd->banm", q, k) / math.sqrt(q.shape[-1])  # d_keys = D / H
+  return linear(merge_heads(np.einsum("banm,bamd->band", softmax(dot), v)), sd, prefix + "out_projection")
+
+
+def timeseries_classifier(sd, cfg, inputs):
+  """`PrimalformerClassiregressor(x_enc, padding_masks)` in eval mode (no dropout) + `NoFussCE_KSVD`.
+
+  Any mix of softmax and Primal layers (a layer is Primal iff its `We`
+  exists): Trans., PrimalFormer and Primal.+Trans.
+
+  Args:
+    cfg: num_heads, low_rank, rank_multi, max_seq_len (the release's names);
+      eta when inputs has targets.
+    inputs: x_enc [B, L, C], padding_masks [B, L] (1 = real step); optional
+      targets [B] for the losses.
+  Returns:
+    logits [B, classes], encoder_out [B, L, D] (after the final LayerNorm);
+    per Primal layer i: layer{i}/J [B]; with Primal layers: loss_ksvd [B], the
+    mean over Primal layers of J^2 (reduction none); with targets: loss_ce
+    [B] and loss_total = loss_ce + eta * loss_ksvd.
+  """
+  x = np.asarray(inputs["x_enc"], F64)
+  mask = np.asarray(inputs["padding_masks"], F64)
+  batch, length, _ = x.shape
+  dim = np.asarray(sd["project_inp.weight"]).shape[0]
+  n = min(cfg["max_seq_len"], cfg["low_rank"] * cfg["rank_multi"])
+  h = linear(x, sd, "project_inp") * math.sqrt(dim)
+  h = h + np.asarray(sd["pos_enc.pe"], F64)[:length, 0][None]  # pe [max_len, 1, D]
+  out, js = {}, []
+  i = 0
+  while f"encoder.attn_layers.{i}.norm1.weight" in sd:
+    prefix = f"encoder.attn_layers.{i}."
+    if prefix + "attention.We" in sd:
+      layer = primal_layer(h, sd, prefix + "attention.", "timeseries")
+      assert layer["We"].shape[1] == n, (layer["We"].shape, n)
+      js.append(ksvd_j_per_sample(layer))
+      out[f"layer{i}/J"] = js[-1]
+      attn = layer["out"]
+    else:
+      attn = timeseries_softmax_attention(h, sd, prefix + "attention.", cfg["num_heads"])
+    h = layer_norm(h + attn, sd, prefix + "norm1")  # post-norm EncoderLayer
+    y = conv1x1(gelu(conv1x1(h, sd, prefix + "conv1")), sd, prefix + "conv2")
+    h = layer_norm(h + y, sd, prefix + "norm2")
+    i += 1
+  enc = layer_norm(h, sd, "encoder.norm")
+  features = gelu(enc) * mask[:, :, None]  # padded steps zeroed only here
+  logits = linear(features.reshape(batch, -1), sd, "output_layer")
+  out.update(logits=logits, encoder_out=enc)
+  if js:
+    out["loss_ksvd"] = np.mean(np.square(np.stack(js)), axis=0)  # [B]
+  if "targets" in inputs:
+    out["loss_ce"] = cross_entropy(logits, np.asarray(inputs["targets"]).reshape(-1))
+    out["loss_total"] = out["loss_ce"] + cfg["eta"] * out.get("loss_ksvd", 0.0)
+  return out
+
+
 # ----------------------------------------------------------------------------- single-layer cases
 
 

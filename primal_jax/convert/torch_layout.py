@@ -19,6 +19,7 @@ ATTENTION_KEYS = {
   "timeseries": dict(
     query="query_projection",
     key="key_projection",
+    value="value_projection",  # softmax layers only
     out="out_projection",
     combine="inner_attention.concate_weight",
     We="We",
@@ -138,5 +139,63 @@ def lra_classifier_params(state_dict, num_heads: int) -> tuple[dict, tuple[str, 
       "hidden": dense(state_dict, "seq_classifer.mlpblock.0"),
       "logits": dense(state_dict, "seq_classifer.mlpblock.2"),
     },
+  }
+  return params, tuple(layers)
+
+
+def conv1x1(state_dict, prefix: str) -> dict:
+  """torch Conv1d(kernel_size=1) `prefix.{weight [out, in, 1], bias}` -> Flax Dense: a 1x1 conv is a Linear."""
+  w = _get(state_dict, prefix + ".weight")
+  if w.ndim != 3 or w.shape[2] != 1:
+    raise ValueError(f"{prefix}.weight must be a kernel-size-1 Conv1d weight [out, in, 1], got shape {w.shape}")
+  return {"kernel": w[:, :, 0].T, "bias": _get(state_dict, prefix + ".bias")}
+
+
+def timeseries_classifier_params(state_dict, num_heads: int) -> tuple[dict, tuple[str, ...]]:
+  """The release's UEA `PrimalformerClassiregressor` -> (`TimeSeriesClassifier` params, per-layer attention names).
+
+  Covers Trans. (every layer softmax), PrimalFormer (every layer Primal) and
+  Primal.+Trans. (softmax then Primal): each layer is named by whether its
+  `We` exists. `pos_enc.pe` [max_len, 1, D] is read the same way whether it is
+  the learnable parameter or the fixed sinusoidal buffer (both are in the
+  state_dict). The EncoderLayer's Conv1d(kernel 1) pair becomes the MLP.
+
+  Args:
+    num_heads: H, needed to split the softmax layers' projections (Primal
+      layers carry it in We [H, n, s] and must agree).
+  """
+  layers, blocks = [], {}
+  while f"encoder.attn_layers.{len(layers)}.norm1.weight" in state_dict:
+    i = len(layers)
+    prefix = f"encoder.attn_layers.{i}."
+    primal = is_primal_layer(state_dict, prefix + "attention.", "timeseries")
+    if primal and _get(state_dict, prefix + "attention.We").shape[0] != num_heads:
+      heads = _get(state_dict, prefix + "attention.We").shape[0]
+      raise ValueError(f"{prefix}attention.We has {heads} heads but num_heads={num_heads}")
+    layers.append("primal" if primal else "softmax")
+    blocks[f"block_{i}"] = {
+      "attention": attention_params(state_dict, prefix + "attention.", "timeseries", num_heads),
+      "norm1": layer_norm(state_dict, prefix + "norm1"),
+      "mlp": {"fc_in": conv1x1(state_dict, prefix + "conv1"), "fc_out": conv1x1(state_dict, prefix + "conv2")},
+      "norm2": layer_norm(state_dict, prefix + "norm2"),
+    }
+  if not layers:
+    raise ValueError("state_dict has no 'encoder.attn_layers.0.*' keys: not a time-series PrimalformerClassiregressor")
+  blocks["final_norm"] = layer_norm(state_dict, "encoder.norm")
+  pe = _get(state_dict, "pos_enc.pe")
+  if pe.ndim != 3 or pe.shape[1] != 1:
+    raise ValueError(f"pos_enc.pe must have shape [max_len, 1, d_model], got {pe.shape}")
+  max_len, dim = pe.shape[0], pe.shape[2]
+  head = dense(state_dict, "output_layer")
+  if head["kernel"].shape[0] != max_len * dim:
+    # The head flattens [max_len, D]; a mismatch means pe and output_layer come from different models.
+    raise ValueError(
+      f"output_layer takes {head['kernel'].shape[0]} inputs, expected max_len * d_model = {max_len} * {dim}"
+    )
+  params = {
+    "input_projection": dense(state_dict, "project_inp"),
+    "positions": pe[:, 0, :],  # [max_len, D]
+    "encoder": blocks,
+    "logits": head,
   }
   return params, tuple(layers)
