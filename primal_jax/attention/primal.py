@@ -62,6 +62,9 @@ class PrimalAttention(nn.Module):
       included, every position in the KSVD means) or "padding_aware" (only
       real positions are sampled, averaged and counted in running means).
     allow_repeated_samples: if False, N < n is an error instead of repeated rows.
+    allow_rank_deficient: allow s > n (W_e|X then has at most n independent
+      columns). The release's UEA scripts do this for short series
+      (JapaneseVowels: s = 40, n = min(29, 200) = 29); otherwise it is an error.
     mask_outputs: zero the head outputs at padded positions (release LRA).
     init_style: "flax", "torch" (the release's nn.Linear init) or "gpt2".
     debug_checks: raise ValueError on NaN/inf inputs (costs a host sync).
@@ -80,6 +83,7 @@ class PrimalAttention(nn.Module):
   feature_seed: int = 0
   sampling: str = "release"
   allow_repeated_samples: bool = True
+  allow_rank_deficient: bool = False
   mask_outputs: bool = True
   init_style: str = "flax"
   debug_checks: bool = False
@@ -119,8 +123,11 @@ class PrimalAttention(nn.Module):
     if self.decode and not self.causal:
       raise ValueError("decode=True needs causal=True (only the causal variant can be decoded token by token)")
     n = self.sampled_rows
-    if n is not None and self.low_rank > n:
-      raise ValueError(f"low_rank (s={self.low_rank}) must be <= num_samples (n={n}): W_e|X = F_X^T W_e has rank <= n")
+    if n is not None and self.low_rank > n and not self.allow_rank_deficient:
+      raise ValueError(
+        f"low_rank (s={self.low_rank}) must be <= num_samples (n={n}): W_e|X = F_X^T W_e has rank <= n "
+        "(set allow_rank_deficient=True to accept this, as the release's UEA scripts do)"
+      )
 
   def _features(self, p: int):
     if self.feature_map == "cosine":

@@ -1,4 +1,4 @@
-"""Pre-norm Transformer blocks whose attention is chosen by name."""
+"""Transformer blocks (pre- or post-norm) whose attention is chosen by name."""
 
 from __future__ import annotations
 
@@ -15,6 +15,27 @@ from primal_jax.models.config import TransformerConfig
 
 def layer_norm(config: TransformerConfig, name: str) -> nn.LayerNorm:
   return nn.LayerNorm(
+    epsilon=config.layer_norm_eps,
+    dtype=config.dtype,
+    param_dtype=config.param_dtype,
+    scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+    name=name,
+  )
+
+
+def block_norm(config: TransformerConfig, name: str, deterministic: bool):
+  """The norm inside a block: LayerNorm, or BatchNorm over (batch, positions).
+
+  BatchNorm uses batch statistics when training (`deterministic=False`, the
+  `batch_stats` collection must be mutable) and running averages otherwise;
+  momentum 0.9 is PyTorch's BatchNorm1d momentum 0.1 in Flax's convention.
+  """
+  if config.norm_type == "layer":
+    return layer_norm(config, name)
+  return nn.BatchNorm(
+    use_running_average=deterministic,
+    momentum=0.9,
     epsilon=config.layer_norm_eps,
     dtype=config.dtype,
     param_dtype=config.param_dtype,
@@ -52,7 +73,12 @@ class MlpBlock(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-  """x + Dropout(Attention(LN1(x))); x + MLP(LN2(x)).
+  """One attention + MLP block.
+
+  Pre-norm (`config.norm_position == "pre"`, the release's LRA/RL/LM blocks):
+  x + Dropout(Attention(N1(x))), then x + MLP(N2(x)). Post-norm ("post", the
+  release's time-series `EncoderLayer`): N1(x + Dropout(Attention(x))), then
+  N2(x + MLP(x)).
 
   Attributes:
     config: model hyper-parameters.
@@ -72,10 +98,16 @@ class EncoderBlock(nn.Module):
     attention_cls = functools.partial(
       get_attention(self.attention), decode=self.decode, **cfg.attention_kwargs(self.attention, self.causal)
     )
-    h = layer_norm(cfg, "norm1")(x)
-    h = attention_cls(name="attention")(h, mask=mask, deterministic=deterministic)
-    x = x + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
-    return x + MlpBlock(cfg, name="mlp")(layer_norm(cfg, "norm2")(x), deterministic)
+    norm1 = block_norm(cfg, "norm1", deterministic)
+    norm2 = block_norm(cfg, "norm2", deterministic)
+    attention = attention_cls(name="attention")
+    mlp = MlpBlock(cfg, name="mlp")
+    dropout = nn.Dropout(cfg.dropout_rate)
+    if cfg.norm_position == "post":
+      x = norm1(x + dropout(attention(x, mask=mask, deterministic=deterministic), deterministic=deterministic))
+      return norm2(x + mlp(x, deterministic))
+    x = x + dropout(attention(norm1(x), mask=mask, deterministic=deterministic), deterministic=deterministic)
+    return x + mlp(norm2(x), deterministic)
 
 
 class TransformerStack(nn.Module):

@@ -17,6 +17,8 @@ from primal_jax.validation import check_choice, check_divisible, check_positive
 
 FAMILIES = ("primalformer", "primal_plus", "softmax")
 POOLINGS = ("mean", "masked_mean", "cls")
+NORM_POSITIONS = ("pre", "post")
+NORM_TYPES = ("layer", "batch")
 
 
 def family_layers(family: str, num_layers: int) -> tuple[str, ...]:
@@ -49,13 +51,22 @@ class TransformerConfig:
   low_rank: int = 20
   rank_multi: int = 10
   num_samples: int | None = None
+  allow_rank_deficient: bool = False  # s > n allowed (see PrimalAttention)
   data_dependent: bool = True  # must be False for causal models (CausalLM)
   feature_map: str = "cosine"
   sampling: str = "release"
   # Regularisation and numerics.
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
+  # Dropout on Primal heads' outputs; None = attention_dropout_rate. The release's time-series
+  # PrimalCosAttention defines a dropout it never applies (0.0 reproduces it).
+  primal_dropout_rate: float | None = None
   layer_norm_eps: float = 1e-5  # PyTorch default (Flax's is 1e-6)
+  # "pre": x + f(LN(x)) (the release's LRA blocks); "post": LN(x + f(x)) (its time-series blocks).
+  norm_position: str = "pre"
+  # "batch": BatchNorm over (batch, positions) in the blocks (mvts_transformer's option; needs the
+  # mutable `batch_stats` collection when training). The final norm stays a LayerNorm.
+  norm_type: str = "layer"
   exact_gelu: bool = True  # PyTorch nn.GELU (Flax's default is the tanh form)
   init_style: str = "torch"
   dtype: Any = jnp.float32
@@ -75,6 +86,8 @@ class TransformerConfig:
       check_choice(name, ("primal", "softmax"), "layers[i]")
     check_choice(self.pooling, POOLINGS, "pooling")
     check_choice(self.init_style, INIT_STYLES, "init_style")
+    check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
+    check_choice(self.norm_type, NORM_TYPES, "norm_type")
 
   @property
   def num_layers(self) -> int:
@@ -92,9 +105,11 @@ class TransformerConfig:
     )
     specific = {
       "primal": dict(
+        dropout_rate=self.attention_dropout_rate if self.primal_dropout_rate is None else self.primal_dropout_rate,
         low_rank=self.low_rank,
         rank_multi=self.rank_multi,
         num_samples=self.num_samples,
+        allow_rank_deficient=self.allow_rank_deficient,
         data_dependent=self.data_dependent,
         feature_map=self.feature_map,
         sampling=self.sampling,
