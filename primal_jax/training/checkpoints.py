@@ -1,0 +1,560 @@
+"""Orbax checkpoints of the train state, checked against the target state before any array is read.
+
+Layout: `<directory>/<step>/state` holds the state pytree (orbax `StandardSave`, OCDBT; every
+process writes its own shards) and `<directory>/<step>/info` a small JSON record: the step, the
+metrics passed to `save`, and a fingerprint of the state (every leaf's path, shape and dtype).
+
+Why the fingerprint: orbax restores whatever arrays it finds, so a checkpoint of a different model
+config either fails deep inside TensorStore or, worse, restores with silently different shapes.
+Comparing fingerprints first turns that into a `CheckpointError` naming the leaves that differ.
+
+Atomicity is orbax's: a step is written into `<step>.orbax-checkpoint-tmp` and renamed to `<step>`
+only after every item is committed (`AtomicRenameTemporaryPath`, orbax's default on local and
+POSIX filesystems; on `gs://` it marks completion with `commit_success.txt` instead). A save cut
+short by a crash or preemption leaves only the tmp directory, which is never listed as a step and
+is replaced when that step is saved again. Saving is asynchronous by default: `save` returns once
+the arrays are copied to host memory; `wait_until_finished()` / `close()` wait for the write.
+
+Corrupt checkpoints are never deleted by this module, because deleting evidence of a broken disk
+or a half-copied run is the user's call. See `Checkpointer` for how they escape garbage collection.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import math
+import signal
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+
+_STATE = "state"
+_INFO = "info"
+_FORMAT_VERSION = 1
+_MAX_REPORTED = 5
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that cannot be used: absent, unreadable, or not matching the target state."""
+
+
+# --- fingerprints -------------------------------------------------------------------------------
+
+
+def _path_str(path) -> str:
+  return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
+def _leaf_spec(leaf) -> tuple[list[int], str]:
+  shape = leaf.shape if hasattr(leaf, "shape") else np.shape(leaf)
+  dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+  return [int(d) for d in shape], str(dtype)
+
+
+def state_fingerprint(tree) -> dict:
+  """Leaf paths ('params/Dense_0/kernel'), shapes and dtypes of a state or abstract state, in tree order.
+
+  Typed PRNG keys keep their key dtype (e.g. 'key<fry>'), so a raw-uint32 key and a typed key differ.
+  """
+  leaves = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    shape, dtype = _leaf_spec(leaf)
+    leaves.append({"path": _path_str(path), "shape": shape, "dtype": dtype})
+  digest = hashlib.sha256(json.dumps(leaves, sort_keys=True).encode()).hexdigest()[:16]
+  return {"num_leaves": len(leaves), "digest": digest, "leaves": leaves}
+
+
+def _describe(leaf: dict) -> str:
+  return f"shape {tuple(leaf['shape'])} {leaf['dtype']}"
+
+
+def fingerprint_differences(saved: dict, expected: dict) -> list[str]:
+  """One line per differing leaf, target order first, then leaves only the checkpoint has."""
+  saved_by_path = {leaf["path"]: leaf for leaf in saved["leaves"]}
+  expected_paths = {leaf["path"] for leaf in expected["leaves"]}
+  lines = []
+  for leaf in expected["leaves"]:
+    old = saved_by_path.get(leaf["path"])
+    if old is None:
+      lines.append(f"{leaf['path']}: not in the checkpoint (expected {_describe(leaf)})")
+    elif (list(old["shape"]), old["dtype"]) != (leaf["shape"], leaf["dtype"]):
+      lines.append(f"{leaf['path']}: saved {_describe(old)}, expected {_describe(leaf)}")
+  for leaf in saved["leaves"]:
+    if leaf["path"] not in expected_paths:
+      lines.append(f"{leaf['path']}: in the checkpoint ({_describe(leaf)}) but not in the target state")
+  return lines
+
+
+def _check_fingerprint(saved: dict, expected: dict, where: str) -> None:
+  diffs = fingerprint_differences(saved, expected)
+  if diffs:
+    shown = "\n  ".join(diffs[:_MAX_REPORTED])
+    more = f"\n  ... and {len(diffs) - _MAX_REPORTED} more" if len(diffs) > _MAX_REPORTED else ""
+    raise CheckpointError(
+      f"checkpoint {where} does not match the target state ({len(diffs)} differing leaves; written with a "
+      f"different model or optimizer config?):\n  {shown}{more}"
+    )
+
+
+def _valid_fingerprint(fp) -> bool:
+  if not isinstance(fp, Mapping) or not isinstance(fp.get("leaves"), list):
+    return False
+  return all(isinstance(x, Mapping) and {"path", "shape", "dtype"} <= set(x) for x in fp["leaves"])
+
+
+def _require_shardings(abstract_state, what: str) -> None:
+  for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_state)[0]:
+    if getattr(leaf, "sharding", None) is None:
+      raise ValueError(
+        f"{what} leaf {_path_str(path)!r} has no sharding; expected jax.ShapeDtypeStruct(shape, dtype, "
+        f"sharding=...) (or a jax.Array), so that arrays are restored directly onto the target devices"
+      )
+
+
+# --- metrics --------------------------------------------------------------------------------------
+
+
+def _metrics_to_floats(metrics: Mapping[str, Any] | None) -> dict[str, float]:
+  out = {}
+  for name, value in (metrics or {}).items():
+    if np.size(value) != 1:
+      raise ValueError(f"metric {name!r} must be a scalar, got shape {np.shape(value)}")
+    out[str(name)] = float(np.asarray(value).reshape(()))
+  return out
+
+
+def _first_line(err: BaseException) -> str:
+  text = str(err).strip().splitlines()
+  return f"{type(err).__name__}: {text[0][:300] if text else ''}"
+
+
+class _PinnedSteps(ocp.checkpoint_managers.PreservationPolicy):
+  """Preserves the steps a callable names (the best and the corrupt ones); combined with LatestN."""
+
+  def __init__(self, pinned: Callable[[], set[int]]):
+    self._pinned = pinned
+
+  def should_preserve(self, checkpoints, *, context) -> list[bool]:
+    pinned = self._pinned()
+    return [info.step in pinned for info in checkpoints]
+
+
+# --- the checkpointer -----------------------------------------------------------------------------
+
+
+class Checkpointer:
+  """Saves and restores the train state under `directory` (one subdirectory per step).
+
+  Retention: the latest `max_to_keep` steps (None: all) are kept; with `best_metric` set, the step
+  with the best value of `metrics[best_metric]` (`best_mode` 'max' or 'min'; steps saved without that
+  metric or with a non-finite value never count) is kept as well when `keep_best`. This is an orbax
+  `AnyPreservationPolicy(LatestN, pinned steps)`: orbax's own `best_fn` option would keep the
+  `max_to_keep` best steps (plus every step without metrics) instead of the latest ones. Old steps are
+  deleted when a later save finalises.
+
+  Corrupt steps: at construction every step's `info` record and state metadata are read (small JSON
+  files; array data is not read). A step that fails, or that fails `restore` later, is recorded in
+  `corrupt_steps` and pinned: garbage collection never deletes it, so it stays until the user removes
+  it. If the *latest* step is corrupt the constructor raises `CheckpointError` unless
+  `allow_corrupt=True`, since resuming would fail and orbax would also skip every save at or below that
+  step. Corruption only in array data (a truncated data file) is found by `restore`, not at
+  construction; a step never restored in this process is then collected like any other old step.
+
+  Not thread-safe; on multi-host, construct and call on every process (orbax synchronises them).
+  """
+
+  def __init__(
+    self,
+    directory,
+    *,
+    max_to_keep: int | None = 3,
+    save_interval_steps: int = 1,
+    best_metric: str | None = None,
+    best_mode: str = "max",
+    keep_best: bool = True,
+    async_save: bool = True,
+    allow_corrupt: bool = False,
+  ):
+    if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
+      raise ValueError(f"max_to_keep must be None (keep all) or an integer >= 1, got {max_to_keep!r}")
+    if not isinstance(save_interval_steps, int) or save_interval_steps < 1:
+      raise ValueError(f"save_interval_steps must be an integer >= 1, got {save_interval_steps!r}")
+    if best_mode not in ("max", "min"):
+      raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}")
+    self._directory = epath.Path(directory)
+    self._best_metric = best_metric
+    self._best_mode = best_mode
+    self._keep_best = keep_best
+    self._allow_corrupt = allow_corrupt
+    self._metric_values: dict[int, float] = {}
+    self._corrupt: dict[int, str] = {}
+    policy = ocp.checkpoint_managers.AnyPreservationPolicy(
+      [ocp.checkpoint_managers.LatestN(n=max_to_keep), _PinnedSteps(self._pinned_steps)]
+    )
+    options = ocp.CheckpointManagerOptions(
+      save_interval_steps=save_interval_steps,
+      preservation_policy=policy,
+      enable_async_checkpointing=async_save,
+      cleanup_tmp_directories=False,
+    )
+    self._manager = ocp.CheckpointManager(self._directory, options=options, handler_registry=_handler_registry())
+    self._scan()
+
+  def _scan(self) -> None:
+    for step in self._manager.all_steps():
+      try:
+        info = self._read_info(step)
+        self._read_state_metadata(step)
+      except CheckpointError:  # recorded in self._corrupt
+        continue
+      value = self._metric_value(info.get("metrics"))
+      if value is not None:
+        self._metric_values[step] = value
+    latest = self.latest_step()
+    if latest in self._corrupt and not self._allow_corrupt:
+      reason = self._corrupt[latest]
+      self._manager.close()
+      raise CheckpointError(
+        f"the latest checkpoint {self._step_dir(latest)} is unreadable; nothing was deleted. Move or delete "
+        f"it to resume from an earlier step, or pass allow_corrupt=True to open {self._directory} anyway "
+        f"(corrupt steps are then kept and reported in corrupt_steps). Cause: {reason}"
+      )
+    for step, reason in self._corrupt.items():
+      log.warning("checkpoint %s is unreadable and will be kept (never garbage-collected): %s", step, reason)
+
+  # --- queries
+
+  @property
+  def directory(self) -> epath.Path:
+    return self._directory
+
+  @property
+  def corrupt_steps(self) -> dict[int, str]:
+    """Steps found unreadable (at construction or by `restore`) -> reason; these are never deleted."""
+    return dict(self._corrupt)
+
+  def all_steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step()
+
+  def best_step(self) -> int | None:
+    """The kept step with the best `best_metric` (latest on ties); None without `best_metric` or values."""
+    steps = set(self._manager.all_steps())
+    scored = [(value, step) for step, value in self._metric_values.items() if step in steps]
+    if not scored:
+      return None
+    sign = 1.0 if self._best_mode == "max" else -1.0
+    return max(scored, key=lambda vs: (sign * vs[0], vs[1]))[1]
+
+  def should_save(self, step: int) -> bool:
+    """Whether `save(step, ...)` without `force` would write (interval, preemption, first save)."""
+    return self._manager.should_save(int(step))
+
+  def reached_preemption(self, step: int) -> bool:
+    """True on every process at the same step once JAX's preemption service saw a SIGTERM (multi-host)."""
+    return self._manager.reached_preemption(int(step))
+
+  # --- save / restore
+
+  def save(self, step: int, state, *, metrics: Mapping[str, Any] | None = None, force: bool = False) -> bool:
+    """Writes `state` (and `metrics`) as `step` if due (`save_interval_steps`) or `force`; returns whether it did.
+
+    Due means orbax's default decision: `step` is a multiple of `save_interval_steps`, a preemption sync
+    point was reached, or the directory has no checkpoint yet (so the first call always writes); never
+    at or below `latest_step()`. Asynchronous: returns once the arrays are on host. Raises
+    `CheckpointError` if `step` already exists (with `force`).
+    """
+    step = int(step)
+    if not force and not self._manager.should_save(step):
+      return False
+    if step in self._manager.all_steps():
+      raise CheckpointError(f"checkpoint {self._step_dir(step)} already exists; steps are never overwritten")
+    floats = _metrics_to_floats(metrics)
+    info = {
+      "format_version": _FORMAT_VERSION,
+      "step": step,
+      "metrics": floats,
+      "best_metric": self._best_metric,
+      "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+      "fingerprint": state_fingerprint(state),
+    }
+    value = self._metric_value(floats)
+    if value is not None:
+      self._metric_values[step] = value  # before saving: the retention decision is taken inside save
+    args = ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state), _INFO: ocp.args.JsonSave(info)})
+    try:
+      self._manager.save(step, args=args, force=True)
+    except BaseException:
+      self._metric_values.pop(step, None)
+      raise
+    kept = set(self._manager.all_steps())
+    self._metric_values = {s: v for s, v in self._metric_values.items() if s in kept}
+    return True
+
+  def restore(self, abstract_state, step: int | None = None) -> tuple[Any, dict]:
+    """Restores `step` (default: the latest) onto the shardings of `abstract_state`.
+
+    Args:
+      abstract_state: the target pytree of `jax.ShapeDtypeStruct` with `.sharding` (e.g. `jax.eval_shape`
+        of the init plus shardings), or of arrays; the mesh may differ from the one that saved.
+      step: the step to restore; None for `latest_step()`.
+
+    Returns:
+      (state, info): the state with the structure and shardings of `abstract_state`, and the step's
+      JSON record {'step', 'metrics', 'best_metric', 'saved_at', 'fingerprint', 'format_version'}.
+
+    Raises:
+      CheckpointError: no such step; the fingerprint differs from the target's (names the first
+        differing leaves with saved vs expected shape); or the step is unreadable (names the path; the
+        step is then pinned against garbage collection, nothing is deleted).
+      ValueError: a leaf of `abstract_state` has no sharding.
+    """
+    _require_shardings(abstract_state, "abstract_state")
+    self._manager.wait_until_finished()  # a step still being written would read as corrupt
+    step = self._resolve_step(step)
+    info = self._read_info(step)
+    _check_fingerprint(info["fingerprint"], state_fingerprint(abstract_state), str(self._step_dir(step)))
+    args = ocp.args.Composite(**{_STATE: ocp.args.StandardRestore(abstract_state)})
+    try:
+      restored = self._manager.restore(step, args=args)[_STATE]
+    except Exception as err:
+      raise self._corrupt_error(step, f"reading the {_STATE} arrays failed", err) from err
+    return restored, info
+
+  @staticmethod
+  def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
+    """The module-level `restore_params`: only the params of another run's checkpoint (`config.init_from`)."""
+    return restore_params(path, abstract_params, step=step)
+
+  def wait_until_finished(self) -> None:
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.close()
+
+  def __enter__(self) -> Checkpointer:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  # --- internals
+
+  def _pinned_steps(self) -> set[int]:
+    pinned = set(self._corrupt)
+    best = self.best_step() if self._keep_best else None
+    if best is not None:
+      pinned.add(best)
+    return pinned
+
+  def _metric_value(self, metrics) -> float | None:
+    if self._best_metric is None or not isinstance(metrics, Mapping) or self._best_metric not in metrics:
+      return None
+    try:
+      value = float(metrics[self._best_metric])
+    except (TypeError, ValueError):
+      return None
+    return value if math.isfinite(value) else None
+
+  def _step_dir(self, step: int) -> epath.Path:
+    return self._directory / str(step)
+
+  def _resolve_step(self, step: int | None) -> int:
+    steps = self.all_steps()
+    if step is None:
+      if not steps:
+        raise CheckpointError(f"no checkpoint in {self._directory}; check latest_step() before restoring")
+      return steps[-1]
+    if int(step) not in steps:
+      raise CheckpointError(f"no checkpoint for step {step} in {self._directory}; available steps: {steps}")
+    return int(step)
+
+  def _corrupt_error(self, step: int, what: str, err: BaseException) -> CheckpointError:
+    reason = f"{what}: {_first_line(err)}"
+    self._corrupt[step] = reason
+    return CheckpointError(
+      f"checkpoint {self._step_dir(step)} is unreadable (corrupt or incomplete); nothing was deleted and "
+      f"it will not be garbage-collected. Remove it yourself to resume from an earlier step. Cause: {reason}"
+    )
+
+  def _read_info(self, step: int) -> dict:
+    try:
+      info = self._manager.restore(step, args=ocp.args.Composite(**{_INFO: ocp.args.JsonRestore()}))[_INFO]
+    except Exception as err:
+      raise self._corrupt_error(step, f"reading the {_INFO} record failed", err) from err
+    if not isinstance(info, dict) or info.get("step") != step or not _valid_fingerprint(info.get("fingerprint")):
+      bad = ValueError(f"expected a dict with step={step} and a fingerprint, got {str(info)[:200]}")
+      raise self._corrupt_error(step, f"the {_INFO} record is malformed", bad)
+    return info
+
+  def _read_state_metadata(self, step: int) -> None:
+    try:
+      metadata = self._manager.item_metadata(step)[_STATE]
+    except Exception as err:
+      raise self._corrupt_error(step, f"reading the {_STATE} metadata failed", err) from err
+    if metadata is None:
+      raise self._corrupt_error(step, f"the {_STATE} item is missing", FileNotFoundError(str(self._step_dir(step))))
+
+
+def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
+  registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+  state_handler = ocp.StandardCheckpointHandler()
+  info_handler = ocp.JsonCheckpointHandler()
+  registry.add(_STATE, ocp.args.StandardSave, state_handler)
+  registry.add(_STATE, ocp.args.StandardRestore, state_handler)
+  registry.add(_INFO, ocp.args.JsonSave, info_handler)
+  registry.add(_INFO, ocp.args.JsonRestore, info_handler)
+  return registry
+
+
+def _params_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
+  registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+  registry.add(_STATE, ocp.args.PyTreeRestore, ocp.PyTreeCheckpointHandler())  # PyTree: supports partial_restore
+  registry.add(_INFO, ocp.args.JsonRestore, ocp.JsonCheckpointHandler())
+  return registry
+
+
+def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
+  """Loads only the `params` subtree of another run's checkpoint (for `config.init_from`).
+
+  Args:
+    path: a `Checkpointer` directory (then `step`, default its latest step) or one step's directory
+      `<directory>/<step>`. Nothing under it is written or deleted.
+    abstract_params: target pytree of `jax.ShapeDtypeStruct` with `.sharding` (or arrays).
+
+  Returns:
+    the params, with the structure and shardings of `abstract_params` (the step used is logged).
+
+  Raises:
+    CheckpointError: no checkpoint there, no `params` subtree, a params fingerprint that differs from
+      `abstract_params` (naming the leaves), or an unreadable checkpoint.
+  """
+  _require_shardings(abstract_params, "abstract_params")
+  path = epath.Path(path)
+  root = path
+  if path.name.isdigit() and (path / _STATE).is_dir():
+    if step is not None and int(step) != int(path.name):
+      raise ValueError(f"step={step} contradicts the step directory {path}")
+    root, step = path.parent, int(path.name)
+  if not root.is_dir():
+    raise CheckpointError(f"{path} is not a directory; expected a checkpoint directory or <directory>/<step>")
+  options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
+  manager = ocp.CheckpointManager(root, options=options, handler_registry=_params_registry())
+  try:
+    steps = sorted(manager.all_steps())
+    if step is None and steps:
+      step = steps[-1]
+    if step is None or int(step) not in steps:
+      raise CheckpointError(f"no checkpoint for step {step} in {root}; available steps: {steps}")
+    step = int(step)
+    where = f"{root / str(step)}"
+    unreadable = f"checkpoint {where} is unreadable (corrupt or incomplete); nothing was deleted. Cause"
+    try:
+      info = manager.restore(step, args=ocp.args.Composite(**{_INFO: ocp.args.JsonRestore()}))[_INFO]
+    except Exception as err:
+      raise CheckpointError(f"{unreadable}: reading the {_INFO} record failed: {_first_line(err)}") from err
+    if not isinstance(info, dict) or not _valid_fingerprint(info.get("fingerprint")):
+      raise CheckpointError(f"{unreadable}: the {_INFO} record has no valid fingerprint")
+    leaves = info["fingerprint"]["leaves"]
+    saved = {"leaves": [dict(x, path=x["path"][len("params/") :]) for x in leaves if x["path"].startswith("params/")]}
+    if not saved["leaves"]:
+      tops = sorted({x["path"].split("/")[0] for x in leaves})
+      raise CheckpointError(f"checkpoint {where} has no 'params' subtree; its top-level entries are {tops}")
+    _check_fingerprint(saved, state_fingerprint(abstract_params), f"{where} (params subtree)")
+    target = {"params": abstract_params}
+    args = ocp.args.PyTreeRestore(
+      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
+    )
+    try:
+      params = manager.restore(step, args=ocp.args.Composite(**{_STATE: args}))[_STATE]["params"]
+    except Exception as err:
+      raise CheckpointError(f"{unreadable}: reading the params arrays failed: {_first_line(err)}") from err
+  finally:
+    manager.close()
+  log.info("restored params from %s (metrics %s)", where, info.get("metrics"))
+  return params
+
+
+# --- preemption -----------------------------------------------------------------------------------
+
+
+class PreemptionGuard:
+  """Turns SIGTERM (and optionally SIGINT) into a flag the train loop polls: save, then exit cleanly.
+
+  The handler only sets the flag, so it is safe whatever the main thread is doing; previous handlers
+  are restored on exit. A second SIGINT raises KeyboardInterrupt, so Ctrl-C twice still stops a hung run.
+
+  Multi-host: processes may see the signal at different steps, and a save is collective, so they
+  must agree on the step. With `jax.distributed` initialised (its preemption service on), use
+  `Checkpointer.reached_preemption(step)` (orbax, via `multihost_utils.reached_preemption_sync_point`),
+  which becomes True on every process at the same step; otherwise all-reduce `requested` across
+  processes before acting on it.
+
+  Usage::
+
+    with PreemptionGuard() as guard:
+      for step in ...:
+        ...
+        if guard.requested:
+          ckpt.save(step, state, force=True); ckpt.wait_until_finished(); break
+  """
+
+  def __init__(self, signals: Iterable[int] = (signal.SIGTERM,)):
+    self._signals = tuple(signal.Signals(s) for s in signals)
+    if not self._signals:
+      raise ValueError("PreemptionGuard needs at least one signal, e.g. (signal.SIGTERM,)")
+    self._previous: dict[signal.Signals, Any] = {}
+    self._received: signal.Signals | None = None
+
+  @property
+  def requested(self) -> bool:
+    """Whether one of the signals arrived since entering."""
+    return self._received is not None
+
+  @property
+  def received_signal(self) -> signal.Signals | None:
+    """The first signal received, or None."""
+    return self._received
+
+  def _handle(self, signum, frame) -> None:
+    if signum == signal.SIGINT and self._received is not None:
+      raise KeyboardInterrupt
+    if self._received is None:
+      self._received = signal.Signals(signum)
+
+  def __enter__(self) -> PreemptionGuard:
+    if threading.current_thread() is not threading.main_thread():
+      raise RuntimeError("PreemptionGuard must be entered on the main thread (Python runs signal handlers there)")
+    if self._previous:
+      raise RuntimeError("PreemptionGuard is already active; it cannot be entered twice")
+    self._received = None
+    for sig in self._signals:
+      self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for sig, previous in self._previous.items():
+      signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+    self._previous.clear()
+
+
+__all__ = [
+  "CheckpointError",
+  "Checkpointer",
+  "PreemptionGuard",
+  "fingerprint_differences",
+  "restore_params",
+  "state_fingerprint",
+]
