@@ -173,7 +173,7 @@ def prepare_uea(name: str, source: str | Path, data_dir: str | Path | None = Non
     FileNotFoundError: a `.ts` file is missing (naming it and how to get it).
     ValueError: the prepared data came from different files.
   """
-  data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+  data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()  # "" (a config default) too
   from_aeon = str(source) == AEON_SOURCE
   if from_aeon:
     if name not in AEON_DATASETS:

@@ -107,6 +107,9 @@ def maybe_initialize_distributed(mode: str = "auto") -> bool:
     return False
   if jax.distributed.is_initialized():
     return False
+  if "JAX_CPU_COLLECTIVES_IMPLEMENTATION" not in env:
+    # Cross-process collectives on CPU need gloo (the default has none); GPU/TPU ignore this.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if explicit:
     jax.distributed.initialize(
       coordinator_address=env["JAX_COORDINATOR_ADDRESS"],

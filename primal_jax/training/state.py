@@ -8,6 +8,7 @@ optimizer moment is created directly in its final place on the mesh.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -64,8 +65,31 @@ def abstract_state(init_fn, rng: jax.Array, mesh: Mesh, rules=LOGICAL_AXIS_RULES
   boxed = jax.eval_shape(init_fn, rng)
   shardings = tree_shardings(boxed, mesh, rules)
   unboxed = nn.unbox(boxed)
+  check_divisible_shardings(unboxed, shardings)
   abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), unboxed, shardings)
   return abstract, shardings
+
+
+def check_divisible_shardings(abstract_tree, shardings) -> None:
+  """A clear error when a sharded dimension does not split evenly over its mesh axes.
+
+  E.g. 2 heads over a "model" axis of 4 devices: XLA would only fail later,
+  deep inside init or a checkpoint restore.
+  """
+  for (path, leaf), sharding in zip(
+    jax.tree_util.tree_leaves_with_path(abstract_tree), jax.tree.leaves(shardings), strict=True
+  ):
+    for dim, (size, axes) in enumerate(zip(leaf.shape, sharding.spec, strict=False)):
+      if axes is None:
+        continue
+      axes = (axes,) if isinstance(axes, str) else tuple(axes)
+      devices = math.prod(sharding.mesh.shape[a] for a in axes)
+      if size % devices:
+        raise ValueError(
+          f"{jax.tree_util.keystr(path)}: dimension {dim} (size {size}) is sharded over mesh axes {axes} "
+          f"({devices} devices) and does not divide evenly; choose a mesh_shape whose 'model' size divides "
+          "num_heads (and the MLP width)"
+        )
 
 
 def init_state(init_fn, rng: jax.Array, shardings) -> TrainState:

@@ -1,0 +1,42 @@
+"""The absl entry point of `experiments/main.py` and the `primal-train` console script.
+
+Flags are defined inside `run()`, not at import, so importing the library never
+touches absl's global flag registry.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def run(argv: list[str] | None = None) -> None:
+  """Parse `--config=FILE[:arg]`, `--config.x=y` overrides and `--workdir`, then train."""
+  from absl import app, flags, logging
+  from ml_collections import config_flags
+
+  from primal_jax.training.loop import train_and_evaluate
+
+  config_flag = config_flags.DEFINE_config_file(
+    "config", None, "Config file (with optional ':arg'), e.g. experiments/configs/uea.py:smoke", lock_config=True
+  )
+  workdir_flag = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and config.json.")
+  flags.mark_flags_as_required(["config", "workdir"])
+  flags.register_validator("workdir", bool, message="--workdir must name a directory (it is created if missing)")
+
+  def main(args: list[str]) -> None:
+    if len(args) > 1:
+      raise app.UsageError(f"unexpected positional arguments: {args[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+      logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO; -v 0 brings it back
+    summary = train_and_evaluate(config_flag.value, workdir_flag.value)
+    if summary.get("preempted"):
+      sys.exit(143)  # 128 + SIGTERM: the state was saved; rerunning resumes
+
+  argv = list(sys.argv if argv is None else argv)
+  try:  # a bad --config.x=y raises AttributeError/TypeError inside ml_collections, not a flags.Error
+    flags.FLAGS(argv)
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as err:
+    message = str(err).strip("'\"").replace("\\n", " ").replace("\n", " ")
+    sys.stderr.write(f"FATAL Flags parsing error: {message}\nPass --helpshort or --helpfull to see help on flags.\n")
+    sys.exit(2)
+  app.run(main, argv=argv)

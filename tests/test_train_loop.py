@@ -1,0 +1,242 @@
+"""End-to-end runs of the train loop on real data (UEA JapaneseVowels from the aeon wheel, smoke-sized model).
+
+Every run here is a real `train_and_evaluate` over 8 fake CPU devices (tests/conftest.py):
+real orbax checkpoints, real SIGTERM, real resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from primal_jax.training.checkpoints import Checkpointer, CheckpointError
+from primal_jax.training.config_args import load_config
+from primal_jax.training.loop import TrainingError, _check_batch, load_state, train_and_evaluate
+from primal_jax.training.metrics import read_metrics
+
+CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uea.py"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  """One prepared TFDS copy of JapaneseVowels for the whole module (skips if the aeon wheel is unreachable)."""
+  from primal_jax.data.aeon_wheel import DatasetFetchError
+  from primal_jax.data.uea_tfds import prepare_uea
+
+  path = tmp_path_factory.mktemp("tfds")
+  try:
+    prepare_uea("JapaneseVowels", "aeon", path)
+  except DatasetFetchError as err:  # no cached copy and no route to PyPI
+    pytest.skip(f"JapaneseVowels unavailable: {err}")
+  return str(path)
+
+
+def smoke_config(data_dir, arg="", **overrides):
+  config = load_config(f"{CONFIG}:smoke{',' + arg if arg else ''}", lock=False)
+  config.data.data_dir = data_dir
+  config.total_steps = 8
+  config.log_every_steps = 1
+  config.checkpoint_every_steps = 4
+  for key, value in overrides.items():
+    target = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      target = target[p]
+    target[leaf] = value
+  return config
+
+
+def run(config, workdir, kill_at_step=None):
+  """train_and_evaluate, sending ourselves a real SIGTERM once `kill_at_step` is printed."""
+  lines = []
+
+  def print_fn(line):
+    lines.append(line)
+    if kill_at_step is not None and line.startswith(f"step {kill_at_step}/"):
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  summary = train_and_evaluate(config, workdir, print_fn=print_fn)
+  return summary, lines
+
+
+def params_of(config, workdir):
+  _, state = load_state(config, workdir)
+  return jax.device_get(state.params), int(state.step)
+
+
+def assert_trees_equal(a, b, rtol=0.0, atol=0.0):
+  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize("family", ["primalformer", "primal_plus", "softmax"])
+def test_train_and_eval_each_family(data_dir, tmp_path, family):
+  config = smoke_config(data_dir, f"family={family}", total_steps=2)
+  summary, lines = run(config, tmp_path)
+  assert summary["steps"] == 2 and not summary["preempted"]
+  assert 0.0 <= summary["best_test"]["accuracy"] <= 1.0
+  final = summary["final"]
+  assert final["step"] == 2 and np.isfinite(final["test/loss"])
+  # 370 test cases, every one counted once in the eval.
+  tests = read_metrics(tmp_path, dedupe=True, prefix="test")
+  assert tests[-1]["scalars"]["count"] == 370
+  train = read_metrics(tmp_path, dedupe=True, prefix="train")
+  assert [m["step"] for m in train] == [1, 2]
+  ksvd = train[-1]["scalars"]["ksvd_loss"]
+  assert (ksvd == 0.0) if family == "softmax" else (ksvd > 0.0)
+  assert json.loads((tmp_path / "config.json").read_text())["model"]["family"] == family
+  assert Checkpointer(tmp_path / "checkpoints").latest_step() == 2
+  assert any("params" in line and "initialised from scratch" in line for line in lines)
+
+
+@pytest.fixture(scope="module")
+def straight_run(data_dir, tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("straight")
+  config = smoke_config(data_dir)
+  summary, _ = run(config, workdir)
+  return config, workdir, summary
+
+
+def test_sigterm_then_resume_is_bit_identical(straight_run, tmp_path):
+  config, straight_dir, straight_summary = straight_run
+  summary, lines = run(config, tmp_path, kill_at_step=3)
+  assert summary["preempted"] and summary["steps"] == 3
+  assert Checkpointer(tmp_path / "checkpoints").latest_step() == 3
+  assert any("termination requested: saved step 3" in line for line in lines)
+
+  summary, lines = run(config, tmp_path)
+  assert any("resumed from step 3" in line for line in lines)
+  assert summary["steps"] == 8 and summary["final"] == straight_summary["final"]
+  resumed, step = params_of(config, tmp_path)
+  straight, straight_step = params_of(config, straight_dir)
+  assert step == straight_step == 8
+  assert_trees_equal(resumed, straight)  # bit-identical
+  for prefix in ("train", "test"):
+    ours = [(m["step"], m["scalars"]) for m in read_metrics(tmp_path, dedupe=True, prefix=prefix)]
+    ref = [(m["step"], m["scalars"]) for m in read_metrics(straight_dir, dedupe=True, prefix=prefix)]
+    assert ours == ref
+
+
+def test_resume_onto_a_different_mesh(straight_run, tmp_path):
+  config, straight_dir, _ = straight_run
+  run(config, tmp_path, kill_at_step=4)  # mesh (8, 1): data parallel
+  config = smoke_config(config.data.data_dir, mesh_shape=(4, 2))  # the 2 heads over 2 "model" devices
+  summary, lines = run(config, tmp_path)
+  assert any("mesh {'data': 4, 'model': 2}" in line and "resumed from step 4" in line for line in lines)
+  resumed, _ = params_of(config, tmp_path)
+  straight, _ = params_of(config, straight_dir)
+  assert_trees_equal(resumed, straight, rtol=1e-5, atol=1e-6)  # other reduction order: not bit-identical
+
+
+def test_mesh_that_cannot_split_the_heads_is_a_clear_error(data_dir, tmp_path):
+  config = smoke_config(data_dir, mesh_shape=(2, 4))  # 2 heads over 4 "model" devices
+  with pytest.raises(ValueError, match=r"\['attention'\]\['\w+'\]: dimension 0 \(size 2\) is sharded over mesh axes"):
+    run(config, tmp_path)
+
+
+def test_corrupt_checkpoint_is_a_clear_error_and_is_kept(straight_run, tmp_path):
+  config, straight_dir, _ = straight_run
+  import shutil
+
+  shutil.copytree(straight_dir, tmp_path / "run")
+  step_dir = tmp_path / "run" / "checkpoints" / "8"
+  victims = [p for p in (step_dir / "state").rglob("*") if p.is_file() and p.stat().st_size > 1000]
+  assert victims
+  victims[0].write_bytes(victims[0].read_bytes()[:100])  # truncated array data
+  before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file() and "checkpoints" in p.parts}
+  with pytest.raises(CheckpointError, match="8"):
+    run(config, tmp_path / "run")
+  after = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file() and "checkpoints" in p.parts}
+  assert before == after  # nothing deleted or rewritten
+
+
+def test_mismatched_checkpoint_names_the_leaf(straight_run, tmp_path):
+  config, straight_dir, _ = straight_run
+  import shutil
+
+  shutil.copytree(straight_dir, tmp_path / "run")
+  other = smoke_config(config.data.data_dir, **{"model.dim": 48})
+  with pytest.raises(CheckpointError, match=r"saved shape .*expected shape"):
+    run(other, tmp_path / "run")
+
+
+def test_init_from_another_run(straight_run, tmp_path):
+  config, straight_dir, _ = straight_run
+  other = smoke_config(config.data.data_dir, init_from=str(straight_dir / "checkpoints"), total_steps=1)
+  summary, lines = run(other, tmp_path)
+  assert any(f"params initialised from {straight_dir / 'checkpoints'}" in line for line in lines)
+  straight, _ = params_of(config, straight_dir)
+  restored = Checkpointer.restore_params(
+    straight_dir / "checkpoints", load_state(config, straight_dir)[0].abstract.params
+  )
+  assert_trees_equal(jax.device_get(restored), straight)
+  assert summary["steps"] == 1
+
+
+def test_diverging_loss_stops_with_the_step_and_last_checkpoint(data_dir, tmp_path):
+  config = smoke_config(data_dir, **{"optimizer.learning_rate": 1e6, "optimizer.grad_clip_norm": 0.0})
+  config.ksvd.eta = 1e3
+  with pytest.raises(TrainingError, match=r"non-finite loss .* at step (\d+).*Last good checkpoint") as info:
+    run(config, tmp_path)
+  message = str(info.value)
+  latest = Checkpointer(tmp_path / "checkpoints").latest_step()
+  assert f"step {latest} in" in message
+  bad_step = int(message.split("at step ")[1].split(";")[0])
+  assert latest is None or latest < bad_step  # the diverged state was never saved
+
+
+def test_non_finite_batch_names_the_examples():
+  batch = {"inputs": np.zeros((4, 3, 2), np.float32), "index": np.array([10, 11, 12, -1])}
+  batch["inputs"][2, 1, 0] = np.nan
+  with pytest.raises(TrainingError, match=r"batch\['inputs'\] at step 7 \(example indices \[12\]\)"):
+    _check_batch(batch, 7)
+
+
+def test_config_arguments_are_checked():
+  with pytest.raises(ValueError, match="unknown config argument 'bogus'"):
+    load_config(f"{CONFIG}:bogus=1")
+  with pytest.raises(ValueError, match="family must be one of"):
+    from primal_jax.models.builders import build_model
+    from primal_jax.models.config import family_layers
+
+    family_layers("bogus", 2)
+    build_model(load_config(f"{CONFIG}:family=bogus").model, None)
+  config = load_config(f"{CONFIG}:dataset=BasicMotions,family=primal_plus")
+  assert config.data.dataset == "BasicMotions" and config.model.family == "primal_plus"
+  release = load_config(str(CONFIG))
+  assert (release.model.low_rank, release.ksvd.eta, release.model.rank_multi) == (40, 0.5, 5)
+  assert (release.optimizer.name, release.optimizer.learning_rate, release.data.batch_size) == ("radam", 1e-3, 16)
+  assert release.num_epochs == 100 and release.optimizer.grad_clip_norm == 4.0
+
+
+@pytest.mark.parametrize(
+  "extra, message",
+  [
+    (["--config.model.familyy=x"], 'Did you mean "family"'),
+    (["--config.total_steps=abc"], "--config.total_steps=abc"),
+    ([f"--config={CONFIG}:smoke,bogus=1"], "unknown config argument 'bogus'"),
+    (["--workdir="], "--workdir"),
+  ],
+)
+def test_bad_flags_exit_with_a_clear_message(tmp_path, extra, message):
+  import subprocess
+  import sys
+
+  args = [f"--config={CONFIG}:smoke", f"--workdir={tmp_path}"]
+  args = [a for a in args if not any(a.split("=")[0] == e.split("=")[0] for e in extra)] + extra
+  result = subprocess.run(
+    [sys.executable, "-m", "experiments.main", *args],
+    cwd=CONFIG.parents[2],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert result.returncode != 0
+  assert "Flags parsing error" in result.stderr and message in result.stderr, result.stderr[-2000:]
+  assert not (tmp_path / "checkpoints").exists()
