@@ -34,9 +34,9 @@ def run(argv: list[str] | None = None) -> None:
 
   argv = list(sys.argv if argv is None else argv)
   try:  # a bad --config.x=y raises AttributeError/TypeError inside ml_collections, not a flags.Error
-    flags.FLAGS(argv)
+    remaining = flags.FLAGS(argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as err:
     message = str(err).strip("'\"").replace("\\n", " ").replace("\n", " ")
     sys.stderr.write(f"FATAL Flags parsing error: {message}\nPass --helpshort or --helpfull to see help on flags.\n")
     sys.exit(2)
-  app.run(main, argv=argv)
+  app.run(main, argv=argv, flags_parser=lambda _: remaining)  # parsed once: overrides define flags

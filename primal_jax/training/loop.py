@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 import optax
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from primal_jax.data.tasks import get_input_pipeline
@@ -119,6 +120,10 @@ class Experiment:
 def build_experiment(config) -> Experiment:
   """Mesh, input pipeline, model, optimizer and the sharded abstract state of `config`."""
   mesh = make_mesh(config.mesh_shape)
+  if jax.process_count() > 1:  # process 0 prepares shared data files once; the others then only read them
+    if jax.process_index() == 0:
+      get_input_pipeline(config.data, process_index=0, process_count=jax.process_count())
+    multihost_utils.sync_global_devices("primal_jax: input data prepared")
   pipeline = get_input_pipeline(config.data, process_index=jax.process_index(), process_count=jax.process_count())
   built = build_model(config.model, pipeline.info)
   total_steps = config.total_steps or config.num_epochs * pipeline.steps_per_epoch
