@@ -147,6 +147,59 @@ class Collate:
 
 
 @dataclasses.dataclass(frozen=True)
+class TokenCollate:
+  """Stacks (position, example or None) pairs of token sequences into fixed-shape batches.
+
+  Examples are {"tokens": int [length], "label": int, "index": int} (plus
+  "tokens2" for two-sequence tasks such as LRA retrieval). Batches:
+  inputs int32 [b, seq_len] (0 past the end: id 0 is reserved for padding),
+  mask bool [b, seq_len], label, weight, index as in `Collate` (and inputs2,
+  mask2). A padding entry keeps one unmasked position, as in `Collate`.
+  """
+
+  seq_len: int
+  vocab_size: int
+  pairs: bool = False
+
+  def __post_init__(self) -> None:
+    check_positive_int(self.seq_len, "seq_len")
+    check_positive_int(self.vocab_size, "vocab_size")
+
+  def _fill(self, tokens, row: int, name: str, inputs: np.ndarray, mask: np.ndarray, example_id: int) -> None:
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or tokens.shape[0] == 0 or not np.issubdtype(tokens.dtype, np.integer):
+      raise ValueError(f"example {example_id}: {name} must be a non-empty 1-D integer array, got {tokens.shape}")
+    if tokens.min() < 0 or tokens.max() >= self.vocab_size:
+      raise ValueError(f"example {example_id}: {name} ids must lie in [0, {self.vocab_size}), got {tokens.min()}..")
+    n = min(tokens.shape[0], self.seq_len)
+    inputs[row, :n] = tokens[:n]
+    mask[row, :n] = True
+
+  def __call__(self, items: Sequence[tuple[int, Example | None]]) -> dict[str, np.ndarray]:
+    b = len(items)
+    names = ("tokens", "tokens2") if self.pairs else ("tokens",)
+    inputs = {k: np.zeros((b, self.seq_len), dtype=np.int32) for k in names}  # [b, seq_len]
+    masks = {k: np.zeros((b, self.seq_len), dtype=bool) for k in names}  # [b, seq_len]
+    label = np.zeros(b, dtype=np.int32)
+    weight = np.zeros(b, dtype=np.float32)
+    index = np.full(b, PAD_INDEX, dtype=np.int64)
+    for row, (position, example) in enumerate(items):
+      if example is None:
+        for k in names:
+          masks[k][row, 0] = True
+        continue
+      index[row] = int(example.get("index", position))
+      for k in names:
+        self._fill(example[k], row, k, inputs[k], masks[k], int(index[row]))
+      label[row] = int(example["label"])
+      weight[row] = 1.0
+    batch = {"inputs": inputs["tokens"], "mask": masks["tokens"]}
+    if self.pairs:
+      batch.update(inputs2=inputs["tokens2"], mask2=masks["tokens2"])
+    return {**batch, "label": label, "weight": weight, "index": index}
+
+
+@dataclasses.dataclass(frozen=True)
 class _Fetch:
   """position -> (position, transformed example), or (-1, None) for padding."""
 

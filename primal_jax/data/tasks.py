@@ -52,6 +52,7 @@ class DatasetInfo:
   max_length: int  # longest series over all splits (> seq_len means truncation)
   split_sizes: Mapping[str, int]  # real examples per split: "train", "test", and "validation" if carved out
   class_names: tuple[str, ...]
+  vocab_size: int = 0  # token tasks: ids lie in [0, vocab_size), 0 = padding; 0 for real-valued inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +75,7 @@ class InputPipeline:
   seed: int
   process_index: int = 0
   process_count: int = 1
+  collate: Any = None  # examples -> batch; default `pipeline.Collate(seq_len, num_features)`
 
   def __post_init__(self) -> None:
     pipeline.local_batch_size(self.batch_size, self.process_count)  # validates divisibility
@@ -101,7 +103,7 @@ class InputPipeline:
   def _batches(self, split: str, order: np.ndarray, global_batch: int) -> Iterator[dict[str, np.ndarray]]:
     rows = pipeline.host_rows(order, global_batch, self.process_index, self.process_count)
     local = pipeline.local_batch_size(global_batch, self.process_count)
-    collate = pipeline.Collate(self.info.seq_len, self.info.num_features)
+    collate = self.collate or pipeline.Collate(self.info.seq_len, self.info.num_features)
     yield from pipeline.iterate(pipeline.batch_dataset(self._source(split), rows, local, collate, self.transform))
 
   def train_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:

@@ -16,6 +16,8 @@ from typing import Any
 import jax.numpy as jnp
 from flax import linen as nn
 
+from primal_jax.models.classifier import DualSequenceClassifier, SequenceClassifier
+from primal_jax.models.config import make_config
 from primal_jax.models.timeseries import TimeSeriesClassifier, timeseries_config
 
 DTYPES = types.MappingProxyType({"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16})
@@ -61,8 +63,32 @@ def build_timeseries(model_config, info) -> BuiltModel:
   return BuiltModel(module, ("inputs", "mask"))
 
 
+def _lra_config(model_config, info):
+  try:
+    return make_config(
+      model_config.family,
+      model_config.num_layers,
+      vocab_size=info.vocab_size,
+      max_len=info.seq_len,
+      num_classes=info.num_classes,
+      **_transformer_kwargs(model_config),
+    )
+  except TypeError as err:
+    raise ValueError(f"bad model config for {model_config.name!r}: {err}") from err
+
+
+def build_lra(model_config, info) -> BuiltModel:
+  """LRA sequence classifier (the release's `ModelForSC`): token ids [B, N] -> logits."""
+  return BuiltModel(SequenceClassifier(_lra_config(model_config, info)), ("inputs", "mask"))
+
+
+def build_lra_dual(model_config, info) -> BuiltModel:
+  """LRA two-tower matching (retrieval, the release's `ModelForSCDual`)."""
+  return BuiltModel(DualSequenceClassifier(_lra_config(model_config, info)), ("inputs", "inputs2", "mask", "mask2"))
+
+
 MODEL_BUILDERS: types.MappingProxyType[str, Callable[..., BuiltModel]] = types.MappingProxyType(
-  {"timeseries": build_timeseries}
+  {"timeseries": build_timeseries, "lra": build_lra, "lra_dual": build_lra_dual}
 )
 
 
