@@ -24,7 +24,8 @@ def test_readme_has_two_commands_first():
   text = (ROOT / "README.md").read_text()
   fences = re.findall(r"```(\w*)\n(.*?)```", text, re.S)
   assert [lang for lang, _ in fences[:2]] == ["bash", "bash"]
-  assert "primal_jax.demo" in fences[0][1] and "pytest" in fences[1][1]
+  assert "experiments.main" in fences[0][1] and "configs/uea.py" in fences[0][1]
+  assert '".[test]"' in fences[1][1] and "pytest" in fences[1][1]
 
 
 def test_demo_prints_ksvd_terms_per_layer(capsys):

@@ -17,7 +17,7 @@ import pytest
 
 from primal_jax.training.checkpoints import Checkpointer, CheckpointError
 from primal_jax.training.config_args import load_config
-from primal_jax.training.loop import TrainingError, _check_batch, load_state, train_and_evaluate
+from primal_jax.training.loop import TrainingError, _check_batch, evaluate, load_state, train_and_evaluate
 from primal_jax.training.metrics import read_metrics
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uea.py"
@@ -113,6 +113,10 @@ def test_sigterm_then_resume_is_bit_identical(straight_run, tmp_path):
   summary, lines = run(config, tmp_path)
   assert any("resumed from step 3" in line for line in lines)
   assert summary["steps"] == 8 and summary["final"] == straight_summary["final"]
+  experiment, state = load_state(config, tmp_path)
+  assert evaluate(experiment, state, "test") == pytest.approx(
+    {k.split("/")[1]: v for k, v in straight_summary["final"].items() if "/" in k} | {"count": 370.0}, rel=1e-6
+  )
   resumed, step = params_of(config, tmp_path)
   straight, straight_step = params_of(config, straight_dir)
   assert step == straight_step == 8

@@ -81,6 +81,19 @@ def _restore_or_init(config, ckpt: Checkpointer, init_fn, rng, abstract, shardin
   return state, "initialised from scratch"
 
 
+def evaluate(experiment: Experiment, state: TrainState, split: str = "test") -> dict[str, float]:
+  """Accuracy, mean task loss and mean KSVD loss of `state` over every example of `split`.
+
+  For analysis and notebooks: e.g. `evaluate(*load_state(config, workdir))`.
+  """
+  eval_step = jax.jit(
+    make_eval_step(experiment.built, eta=experiment.config.ksvd.eta, spec=ksvd_spec(experiment.config.ksvd.spec)),
+    in_shardings=(experiment.shardings, batch_sharding(experiment.mesh)),
+    out_shardings=replicated(experiment.mesh),
+  )
+  return _evaluate(eval_step, state, experiment.pipeline.eval_batches(split), experiment.mesh)
+
+
 def _summary(history: list[dict], splits: list[str]) -> dict:
   """Final and best-over-evaluations accuracy per split (the release's protocol), and
   test accuracy at the best validation evaluation (the protocol without test selection)."""
