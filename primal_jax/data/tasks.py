@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from primal_jax.data import pipeline
+from primal_jax.data.listops import make_listops_pipeline  # imports this module only when called
 from primal_jax.data.pipeline import Example, Subset
 
 NORMALIZATIONS: tuple[str, ...] = ("standardization", "none")
@@ -314,7 +315,7 @@ def make_uea_pipeline(data_config: Any, *, process_index: int = 0, process_count
   )
 
 
-INPUT_PIPELINES = types.MappingProxyType({"uea": make_uea_pipeline})
+INPUT_PIPELINES = types.MappingProxyType({"uea": make_uea_pipeline, "listops": make_listops_pipeline})
 
 
 def get_input_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
