@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from primal_jax.models.classifier import DualSequenceClassifier, SequenceClassifier
-from primal_jax.models.config import make_config
+from primal_jax.models.config import FAMILIES, TransformerConfig, make_config
 from primal_jax.models.timeseries import TimeSeriesClassifier, timeseries_config
 
 DTYPES = types.MappingProxyType({"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16})
@@ -64,14 +64,20 @@ def build_timeseries(model_config, info) -> BuiltModel:
 
 
 def _lra_config(model_config, info):
+  """`family` is a model family (primalformer, primal_plus, softmax) or any registered attention
+  name, which then fills every layer (the LRA baselines: linear, performer, ...)."""
+  kwargs = _transformer_kwargs(model_config)
+  # The release sizes its embedding tables from its own vocabularies (e.g. 512 for bytes); a larger
+  # `model.vocab_size` than the data's reproduces its parameter counts.
+  vocab_size = max(kwargs.pop("vocab_size", 0) or 0, info.vocab_size)
+  family, layers = model_config.family, model_config.num_layers
   try:
-    return make_config(
-      model_config.family,
-      model_config.num_layers,
-      vocab_size=info.vocab_size,
-      max_len=info.seq_len,
-      num_classes=info.num_classes,
-      **_transformer_kwargs(model_config),
+    if family in FAMILIES:
+      return make_config(
+        family, layers, vocab_size=vocab_size, max_len=info.seq_len, num_classes=info.num_classes, **kwargs
+      )
+    return TransformerConfig(
+      layers=(family,) * layers, vocab_size=vocab_size, max_len=info.seq_len, num_classes=info.num_classes, **kwargs
     )
   except TypeError as err:
     raise ValueError(f"bad model config for {model_config.name!r}: {err}") from err

@@ -227,7 +227,7 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
     total_steps, start_step=start, batch_size=config.data.batch_size, log_every_steps=config.log_every_steps,
     print_fn=log,
   )  # fmt: skip
-  eval_every = config.eval_every_epochs * steps_per_epoch
+  eval_every = config.get("eval_every_steps") or config.eval_every_epochs * steps_per_epoch
   step, preempted = start, False
   with PreemptionGuard() as guard:
     epoch, offset = divmod(start, steps_per_epoch)
