@@ -315,7 +315,36 @@ def make_uea_pipeline(data_config: Any, *, process_index: int = 0, process_count
   )
 
 
-INPUT_PIPELINES = types.MappingProxyType({"uea": make_uea_pipeline, "listops": make_listops_pipeline})
+def make_lra_image_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
+  """LRA Image (`lra_image`): Fashion-MNIST from Debian's package (default) or CIFAR-10 from TFDS, grayscale tokens."""
+  from primal_jax.data.lra_image import make_lra_image_pipeline as make  # it imports this module
+
+  return make(data_config, process_index=process_index, process_count=process_count)
+
+
+def make_lra_text_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
+  """LRA Text (`lra_text`): byte-level IMDB from TFDS."""
+  from primal_jax.data.lra_text import make_lra_text_pipeline as make  # it imports this module
+
+  return make(data_config, process_index=process_index, process_count=process_count)
+
+
+def make_lra_retrieval_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
+  """LRA Retrieval (`lra_retrieval`): byte-level AAN pairs from the LRA release's tsv files."""
+  from primal_jax.data.lra_retrieval import make_lra_retrieval_pipeline as make  # it imports this module
+
+  return make(data_config, process_index=process_index, process_count=process_count)
+
+
+INPUT_PIPELINES = types.MappingProxyType(
+  {
+    "uea": make_uea_pipeline,
+    "listops": make_listops_pipeline,
+    "lra_image": make_lra_image_pipeline,
+    "lra_text": make_lra_text_pipeline,
+    "lra_retrieval": make_lra_retrieval_pipeline,
+  }
+)
 
 
 def get_input_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
