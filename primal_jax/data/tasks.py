@@ -336,6 +336,13 @@ def make_lra_retrieval_pipeline(data_config: Any, *, process_index: int = 0, pro
   return make(data_config, process_index=process_index, process_count=process_count)
 
 
+def make_pathfinder_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
+  """LRA Pathfinder (`pathfinder`): seeded 32x32 Pathfinder images (default: hard, 14 dashes) as 1,024 pixel tokens."""
+  from primal_jax.data.pathfinder import make_pathfinder_pipeline as make  # it imports this module
+
+  return make(data_config, process_index=process_index, process_count=process_count)
+
+
 INPUT_PIPELINES = types.MappingProxyType(
   {
     "uea": make_uea_pipeline,
@@ -343,6 +350,7 @@ INPUT_PIPELINES = types.MappingProxyType(
     "lra_image": make_lra_image_pipeline,
     "lra_text": make_lra_text_pipeline,
     "lra_retrieval": make_lra_retrieval_pipeline,
+    "pathfinder": make_pathfinder_pipeline,
   }
 )
 
