@@ -345,7 +345,7 @@ def test_make_config_errors(kwargs, match):
 
 def test_config_layer_names_checked():
   with pytest.raises(ValueError, match="layers"):
-    TransformerConfig(layers=("primal", "linear"))
+    TransformerConfig(layers=("primal", "nope"))
   with pytest.raises(ValueError, match="layers"):
     TransformerConfig(layers=())
 

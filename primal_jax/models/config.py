@@ -12,6 +12,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.initializers import INIT_STYLES
 from primal_jax.validation import check_choice, check_divisible, check_positive
 
@@ -55,6 +56,17 @@ class TransformerConfig:
   data_dependent: bool = True  # must be False for causal models (CausalLM)
   feature_map: str = "cosine"
   sampling: str = "release"
+  # LRA baselines (primal_jax.attention.baselines); defaults from the Nystromformer LRA code the release builds on.
+  linear_normalize: bool = True  # "linear": Katharopoulos normaliser (False: the release's unnormalised form)
+  performer_features: int = 256  # "performer": random features m (release "performer-256", rp_dim)
+  performer_seed: int = 0  # "performer": seed of the fixed features (shared by all performer layers)
+  linformer_k: int = 256  # "linformer": projected length (release "linformer-256"); E, F span max_len
+  linformer_share_kv: bool = False  # "linformer": F = E (the release shares one projection)
+  num_landmarks: int = 64  # "nystromformer": landmarks m (release nystrom-32/64/128/256)
+  conv_kernel_size: int = 35  # "nystromformer": depthwise conv residual on values (release 35; 0 = off)
+  pinv_iterations: int = 6  # "nystromformer": iterative pseudo-inverse steps (the paper's 6)
+  # Dropout on the baselines' head outputs; None = attention_dropout_rate. The release applies none (0.0).
+  baseline_dropout_rate: float | None = 0.0
   # Regularisation and numerics.
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
@@ -83,7 +95,19 @@ class TransformerConfig:
     if not self.layers:
       raise ValueError("layers must name at least one attention layer")
     for name in self.layers:
-      check_choice(name, ("primal", "softmax"), "layers[i]")
+      check_choice(name, tuple(ATTENTIONS), "layers[i]")
+    used = set(self.layers)
+    if "performer" in used:
+      check_positive(self.performer_features, "performer_features")
+    if "linformer" in used:
+      check_positive(self.linformer_k, "linformer_k")
+      check_positive(self.max_len, "max_len")
+    if "nystromformer" in used:
+      check_positive(self.num_landmarks, "num_landmarks")
+      check_positive(self.pinv_iterations, "pinv_iterations")
+      size = self.conv_kernel_size
+      if not isinstance(size, int) or isinstance(size, bool) or size < 0 or (size > 0 and size % 2 == 0):
+        raise ValueError(f"conv_kernel_size must be 0 (off) or an odd integer >= 1, got {size!r}")
     check_choice(self.pooling, POOLINGS, "pooling")
     check_choice(self.init_style, INIT_STYLES, "init_style")
     check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
@@ -95,6 +119,7 @@ class TransformerConfig:
 
   def attention_kwargs(self, name: str, causal: bool) -> dict[str, Any]:
     """Constructor kwargs of the attention registered under `name`."""
+    baseline_dropout = self.attention_dropout_rate if self.baseline_dropout_rate is None else self.baseline_dropout_rate
     common = dict(
       num_heads=self.num_heads,
       causal=causal,
@@ -115,7 +140,26 @@ class TransformerConfig:
         sampling=self.sampling,
       ),
       "softmax": {},
+      "linear": dict(dropout_rate=baseline_dropout, normalize=self.linear_normalize),
+      "performer": dict(
+        dropout_rate=baseline_dropout, num_features=self.performer_features, feature_seed=self.performer_seed
+      ),
+      "linformer": dict(
+        dropout_rate=baseline_dropout,
+        max_len=self.max_len,
+        linformer_k=self.linformer_k,
+        share_kv=self.linformer_share_kv,
+      ),
+      "nystromformer": dict(
+        dropout_rate=baseline_dropout,
+        num_landmarks=self.num_landmarks,
+        conv_kernel_size=self.conv_kernel_size,
+        pinv_iterations=self.pinv_iterations,
+      ),
+      "cosformer": dict(dropout_rate=baseline_dropout),
     }
+    if name not in specific:
+      raise ValueError(f"attention_kwargs has no entry for attention {name!r}; add its fields to TransformerConfig")
     return {**common, **specific[name]}
 
 

@@ -1,0 +1,157 @@
+"""Performer attention: FAVOR+ positive orthogonal random features (Choromanski et al., 2021).
+
+exp(x^T y) = E_w[phi_w(x) phi_w(y)] with phi_w(z) = exp(w^T z - ||z||^2 / 2) and
+w ~ N(0, I) (the Gaussian moment generating function: E exp(w^T (x + y)) =
+exp(||x + y||^2 / 2)). With x = q p^-1/4, y = k p^-1/4 this is the softmax
+kernel exp(q^T k / sqrt(p)), and softmax attention becomes kernelised attention
+with m positive features. "Orthogonal": the w's come in blocks of p mutually
+orthogonal directions (lower variance, same expectation), each rescaled to the
+norm of an independent N(0, I_p) draw.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from primal_jax.attention.baselines.common import BaselineAttention, compute_dtype
+from primal_jax.attention.baselines.linear import kernelized_attention
+from primal_jax.validation import check_positive
+
+# performer-pytorch's `softmax_kernel` eps, added to every feature after the stabilised exp.
+FEATURE_EPS = 1e-4
+
+
+def orthogonal_random_features(key: jax.Array, num_features: int, dim: int) -> jax.Array:
+  """[num_features, dim] FAVOR+ directions: orthogonal blocks with chi_dim row norms.
+
+  Rows within each block of `dim` are orthogonal (Q of a Gaussian matrix's QR);
+  row i is then scaled to ||g_i|| for an independent g_i ~ N(0, I_dim), so each
+  row has the norm distribution of a Gaussian vector, so each row is exactly
+  N(0, I_dim) and the estimator unbiased (performer-pytorch's
+  `gaussian_orthogonal_random_matrix(scaling=0)`, plus the sign fix of Q that
+  it omits). Computed in float32.
+
+  Args:
+    key: PRNG key (fixed features: the same key gives the same matrix).
+    num_features: m.
+    dim: p, the head dimension.
+  Returns:
+    [m, p] float32.
+  """
+  check_positive(num_features, "num_features")
+  check_positive(dim, "dim")
+  blocks = -(-num_features // dim)
+  block_key, norm_key = jax.random.split(key)
+  gaussian = jax.random.normal(block_key, (blocks, dim, dim), jnp.float32)
+  q, r = jnp.linalg.qr(gaussian)  # [blocks, p, p], orthonormal columns
+  # Householder QR makes sign(R_jj) depend on the data, which biases the columns' directions (e.g. the
+  # first column's first coordinate is always <= 0); fixing diag(R) > 0 makes Q Haar-distributed.
+  q = q * jnp.sign(jnp.diagonal(r, axis1=1, axis2=2))[:, None, :]
+  rows = jnp.swapaxes(q, 1, 2).reshape(blocks * dim, dim)[:num_features]  # orthonormal rows per block
+  norms = jnp.linalg.norm(jax.random.normal(norm_key, (num_features, dim), jnp.float32), axis=-1)
+  return rows * norms[:, None]
+
+
+def favor_features(
+  x: jax.Array,
+  projection: jax.Array,
+  *,
+  is_query: bool,
+  valid: jax.Array | None = None,
+  eps: float = FEATURE_EPS,
+) -> jax.Array:
+  """phi(x) = m^-1/2 (exp(w_i^T x' - ||x'||^2 / 2 - c) + eps), x' = x p^-1/4.
+
+  The stabiliser c (no gradient) is the max of w_i^T x' over the features of
+  each query, or over the features of all real keys of a (sequence, head). It
+  cancels in the attention ratio up to the eps term.
+
+  Args:
+    x: [B, H, L, p] queries or keys.
+    projection: [m, p] random directions.
+    is_query: per-row stabiliser (queries) or one per (sequence, head) (keys).
+    valid: [B, L] bool, keys only: padded keys are left out of the stabiliser
+      and get features 0 (their content cannot leak through either).
+    eps: added after the exponential (keeps the normaliser > 0).
+  Returns:
+    [B, H, L, m] positive features in the compute dtype.
+  """
+  dt = compute_dtype(x.dtype)
+  p, m = x.shape[-1], projection.shape[0]
+  xs = x.astype(dt) * jnp.asarray(p**-0.25, dt)
+  logits = jnp.einsum("bhlp,mp->bhlm", xs, projection.astype(dt))  # w_i^T x'
+  half_sq = 0.5 * jnp.sum(xs * xs, axis=-1, keepdims=True)  # ||x'||^2 / 2
+  if is_query:
+    stab = jnp.max(logits, axis=-1, keepdims=True)
+  else:
+    real = None if valid is None else valid[:, None, :, None]
+    masked = logits if real is None else jnp.where(real, logits, -jnp.inf)
+    stab = jnp.max(masked, axis=(2, 3), keepdims=True)
+    stab = jnp.where(jnp.isfinite(stab), stab, 0.0)  # a sequence with no real key
+  exponent = logits - half_sq - jax.lax.stop_gradient(stab)
+  if not is_query and valid is not None:
+    # 0, not -inf: padded exponents are unbounded, and exp(inf) * 0 would poison the gradients.
+    exponent = jnp.where(valid[:, None, :, None], exponent, 0.0)
+  features = (jnp.exp(exponent) + eps) / jnp.sqrt(jnp.asarray(m, dt))
+  if not is_query and valid is not None:
+    features = jnp.where(valid[:, None, :, None], features, 0.0)
+  return features
+
+
+def performer_attention(
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  projection: jax.Array,
+  key_valid: jax.Array | None = None,
+  *,
+  eps: float = FEATURE_EPS,
+) -> jax.Array:
+  """FAVOR+ estimate of softmax(q k^T / sqrt(p)) v (non-causal).
+
+  Args:
+    q: [B, H, N, p]; k, v: [B, H, M, p].
+    projection: [m, p] directions (`orthogonal_random_features`).
+    key_valid: [B, M] bool or None; padded keys get zero features.
+    eps: the features' additive eps.
+  Returns:
+    [B, H, N, p]: phi(q_i)^T sum_j phi(k_j) v_j^T / phi(q_i)^T sum_j phi(k_j).
+  """
+  phi_q = favor_features(q, projection, is_query=True, eps=eps)
+  phi_k = favor_features(k, projection, is_query=False, valid=key_valid, eps=eps)
+  # The normaliser is > 0 whenever a real key exists (every feature >= eps / sqrt(m)).
+  tiny = float(jnp.finfo(phi_q.dtype).tiny)
+  return kernelized_attention(phi_q, phi_k, v, key_valid, eps=tiny)
+
+
+class PerformerAttention(BaselineAttention):
+  """ "performer": FAVOR+ with fixed positive orthogonal random features.
+
+  Attributes:
+    num_features: m, the number of random features (the release's "performer-256":
+      rp_dim = 256).
+    feature_seed: seed of the features, drawn once (never redrawn); every
+      layer with the same seed shares them.
+    feature_eps: performer-pytorch's eps added to the features.
+    The rest: see `BaselineAttention` (non-causal only).
+  """
+
+  num_features: int = 256
+  feature_seed: int = 0
+  feature_eps: float = FEATURE_EPS
+
+  def validate(self):
+    check_positive(self.num_features, "num_features")
+    if not (isinstance(self.feature_eps, int | float) and math.isfinite(self.feature_eps) and self.feature_eps > 0):
+      raise ValueError(f"feature_eps must be a finite float > 0, got {self.feature_eps!r}")
+
+  def projection(self, head_dim: int) -> jax.Array:
+    """[num_features, head_dim] directions of this module (a function of `feature_seed` only)."""
+    return orthogonal_random_features(jax.random.key(self.feature_seed), self.num_features, head_dim)
+
+  def attend(self, q, k, v, query_valid, key_valid):
+    del query_valid
+    return performer_attention(q, k, v, self.projection(q.shape[-1]), key_valid, eps=self.feature_eps)
