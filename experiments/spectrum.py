@@ -1,0 +1,288 @@
+r"""Figure 1: singular value spectra of trained runs' attention matrices.
+
+  python -m experiments.spectrum --workdir=/tmp/jv_eta0 --workdir=/tmp/jv_full --workdir=/tmp/jv_softmax \
+    --out=/tmp/spectrum --split=test --num_examples=64
+
+For each run (a workdir written by `experiments.main`: its `config.json` and
+latest checkpoint) the first `num_examples` real examples of `split` go through
+the model once; every Primal layer's induced kernel (Theorem 3.2) and every
+softmax layer's attention matrix is rebuilt per example and head, restricted
+to the real positions, and decomposed (`primal_jax.spectrum`). Writes to --out:
+
+  explained_variance.png  Figure 1 a-c: cumulative explained variance per layer, mean +- std, one panel per run
+  normalized_decay.png    Figure 1 d: sigma_i / sigma_1 per layer, runs overlaid
+  spectrum.json           the curves (mean, std) and statistics per run and layer
+  singular_values.npz     raw singular values, key "<run index>/<layer path>" -> [examples, heads, K]
+
+and prints a table of the components needed for 90% / 99% of the energy per
+run and layer (smaller = sharper decay, the paper's low-rank claim).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from primal_jax.spectrum import (
+  SPECTRUM_COLLECTION,
+  LayerSpectrum,
+  collect_matrices,
+  sow_attention_matrices,
+)
+
+
+def load_run_config(workdir: str | Path, data_dir: str | None = None):
+  """The ConfigDict a run saved in `<workdir>/config.json` (data_dir replaced when given)."""
+  import ml_collections
+
+  path = Path(workdir) / "config.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path} does not exist: --workdir must be a directory written by experiments.main")
+  config = ml_collections.ConfigDict(json.loads(path.read_text()))
+  if data_dir is not None:
+    config.data.data_dir = data_dir
+  return config
+
+
+def run_label(config) -> str:
+  """The legend label: "softmax", or "<family> eta=<eta>" (what distinguishes the runs of Figure 1)."""
+  family = config.model.get("family", "?")
+  if family == "softmax":
+    return "softmax"
+  return f"{family} eta={config.ksvd.get('eta', 0.0):g}"
+
+
+def _real_examples(batches, num_examples: int):
+  """Yields real (weight > 0) rows of the eval batches until `num_examples` were given."""
+  given = 0
+  for batch in batches:
+    keep = np.flatnonzero(np.asarray(batch["weight"]) > 0)[: num_examples - given]
+    if keep.size:
+      given += keep.size
+      yield {k: np.asarray(v)[keep] for k, v in batch.items()}
+    if given >= num_examples:
+      return
+
+
+def compute_spectra(experiment, state, split: str, num_examples: int, chunk_size: int = 16) -> list[LayerSpectrum]:
+  """Per-layer spectra of `state` on the first `num_examples` real examples of `split`.
+
+  Chunks are padded to `chunk_size` rows (repeating the last row, then
+  dropped) so the forward pass compiles once.
+  """
+  built = experiment.built
+  mask_keys = [k for k in built.input_keys if k.startswith("mask")]
+  apply_fn = sow_attention_matrices(built.module.apply)
+  variables = {"params": state.params, **state.model_state}
+
+  @jax.jit
+  def forward(variables, inputs):
+    _, sown = apply_fn(variables, *inputs, deterministic=True, mutable=[SPECTRUM_COLLECTION])
+    return sown[SPECTRUM_COLLECTION]
+
+  chunk_size = min(chunk_size, num_examples)
+  parts: dict[str, list[LayerSpectrum]] = {}
+  for batch in _real_examples(experiment.pipeline.eval_batches(split), num_examples):
+    for start in range(0, len(batch["weight"]), chunk_size):
+      rows = {k: v[start : start + chunk_size] for k, v in batch.items()}
+      size = len(rows["weight"])
+      pad = np.minimum(np.arange(chunk_size), size - 1)
+      inputs = [rows[k][pad] for k in built.input_keys]
+      sown = jax.device_get(forward(variables, inputs))
+      sown = jax.tree.map(operator.itemgetter(slice(0, size)), sown)  # drop the padding rows
+      valid = [rows[k].astype(bool) for k in mask_keys] or None
+      for layer in collect_matrices(sown, valid if valid is None or len(valid) > 1 else valid[0]):
+        parts.setdefault(layer.name, []).append(LayerSpectrum.from_matrices(layer))
+  if not parts:
+    raise ValueError(f"no Primal or softmax attention layer (or no example in split {split!r}) to analyse")
+  return [LayerSpectrum.concatenate(p) for p in parts.values()]
+
+
+def _short(name: str) -> str:
+  """The block of a layer path ("encoder/block_1/attention" -> "block_1"), for legends and tables."""
+  parts = [p for p in name.split("/") if p.startswith("block_")]
+  return parts[-1] if parts else name
+
+
+def _x_limit(curves: Sequence[np.ndarray], done) -> float:
+  """Right edge of a panel: just past the last component index where any curve is still changing
+  (saturated tails would otherwise squeeze the informative first components into the left edge)."""
+  last = max(int(np.argmax(done(c))) + 1 if np.any(done(c)) else c.size for c in curves)
+  return min(max(last + 2, 5), max(c.size for c in curves)) + 0.5
+
+
+def plot_explained_variance(runs: Sequence[dict], path: Path) -> None:
+  """Figure 1 a-c: one panel per run, one curve per layer with a mean +- std band."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.4), squeeze=False, sharey=True)
+  for ax, run in zip(axes[0], runs, strict=True):
+    for layer in run["layers"]:
+      mean = np.asarray(layer["explained_variance"]["mean"])
+      std = np.asarray(layer["explained_variance"]["std"])
+      k = np.arange(1, mean.size + 1)
+      (line,) = ax.plot(k, mean, label=f"{_short(layer['name'])} ({layer['kind']})")
+      ax.fill_between(k, np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1), color=line.get_color(), alpha=0.2)
+    ax.set_title(run["label"], fontsize=10)
+    ax.set_xlabel("number of components")
+    curves = [np.asarray(layer["explained_variance"]["mean"]) for layer in run["layers"]]
+    ax.set_xlim(0.5, _x_limit(curves, lambda c: c >= 0.9999))
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+  axes[0, 0].set_ylabel("cumulative explained variance")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def plot_normalized_decay(runs: Sequence[dict], path: Path) -> None:
+  """Figure 1 d: one panel per layer (matched by path), runs overlaid."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  names = list(dict.fromkeys(layer["name"] for run in runs for layer in run["layers"]))
+  fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False, sharey=True)
+  for ax, name in zip(axes[0], names, strict=True):
+    curves = []
+    for run in runs:
+      for layer in (layer for layer in run["layers"] if layer["name"] == name):
+        mean = np.asarray(layer["normalized_decay"]["mean"])
+        std = np.asarray(layer["normalized_decay"]["std"])
+        k = np.arange(1, mean.size + 1)
+        (line,) = ax.plot(k, mean, label=f"{run['label']} ({layer['kind']})")
+        ax.fill_between(k, np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1), color=line.get_color(), alpha=0.15)
+        curves.append(mean)
+    ax.set_title(_short(name), fontsize=10)
+    ax.set_xlabel("singular value index i")
+    ax.set_xlim(0.5, _x_limit(curves, lambda c: c <= 0.005))
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+  axes[0, 0].set_ylabel(r"$\sigma_i / \sigma_1$")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def comparison_rows(runs: Sequence[dict]) -> list[dict[str, Any]]:
+  """One table row per (run, layer): components for 90% / 99% energy and the decay statistics (means)."""
+  rows = []
+  for run in runs:
+    for layer in run["layers"]:
+      stats = layer["stats"]
+      rows.append(
+        {
+          "run": run["label"],
+          "layer": _short(layer["name"]),
+          "kind": layer["kind"],
+          "k90": stats["components_90"]["mean"],
+          "k99": stats["components_99"]["mean"],
+          "decay_area": stats["decay_area"]["mean"],
+          "stable_rank": stats["stable_rank"]["mean"],
+          "length": layer["length"]["mean"],
+        }
+      )
+  return rows
+
+
+def analyze(
+  workdirs: Sequence[str],
+  out: str | Path,
+  *,
+  split: str = "test",
+  num_examples: int = 64,
+  chunk_size: int = 16,
+  labels: Sequence[str] = (),
+  data_dir: str | None = None,
+  step: int | None = None,
+  print_fn=print,
+) -> dict:
+  """Spectra of every run in `workdirs`; writes the figures, JSON and NPZ to `out`; returns the JSON dict."""
+  from primal_jax.training.loop import load_state
+  from primal_jax.training.metrics import summary_table
+
+  if labels and len(labels) != len(workdirs):
+    raise ValueError(f"{len(labels)} labels for {len(workdirs)} workdirs")
+  if num_examples <= 0 or chunk_size <= 0:
+    raise ValueError(f"num_examples and chunk_size must be > 0, got {num_examples}, {chunk_size}")
+  out = Path(out)
+  out.mkdir(parents=True, exist_ok=True)
+  runs, arrays = [], {}
+  for i, workdir in enumerate(workdirs):
+    config = load_run_config(workdir, data_dir)
+    experiment, state = load_state(config, workdir, step=step)
+    spectra = compute_spectra(experiment, state, split, num_examples, chunk_size)
+    label = labels[i] if labels else run_label(config)
+    runs.append(
+      {
+        "label": label,
+        "workdir": str(workdir),
+        "step": int(jax.device_get(state.step)),
+        "family": config.model.get("family"),
+        "eta": float(config.ksvd.get("eta", 0.0)),
+        "layers": [s.summary() for s in spectra],
+      }
+    )
+    arrays.update({f"{i}/{s.name}": s.singular_values for s in spectra})
+    print_fn(f"{label}: {workdir} step {runs[-1]['step']}, {spectra[0].singular_values.shape[0]} {split} examples")
+  result = {"split": split, "num_examples": num_examples, "runs": runs}
+  (out / "spectrum.json").write_text(json.dumps(result, indent=1))
+  np.savez_compressed(out / "singular_values.npz", **arrays)
+  plot_explained_variance(runs, out / "explained_variance.png")
+  plot_normalized_decay(runs, out / "normalized_decay.png")
+  columns = ["run", "layer", "kind", "k90", "k99", "decay_area", "stable_rank", "length"]
+  print_fn(summary_table(comparison_rows(runs), columns))
+  return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """Parses the flags (on a private FlagValues, so main can run more than once in a process) and runs `analyze`."""
+  from absl import flags
+
+  fv = flags.FlagValues()
+  on = {"flag_values": fv}
+  flags.DEFINE_multi_string("workdir", None, "Run directory (config.json, checkpoints/); repeat to compare.", **on)
+  flags.DEFINE_string("out", None, "Output directory: PNGs, spectrum.json, singular_values.npz.", **on)
+  flags.DEFINE_string("split", "test", "Evaluation split to take the examples from.", **on)
+  flags.DEFINE_integer("num_examples", 64, "Number of real examples (the first of the split).", **on)
+  flags.DEFINE_integer("chunk_size", 16, "Examples per forward pass (bounds the B x H x N x N memory).", **on)
+  flags.DEFINE_multi_string("label", [], "Legend label per --workdir (default: family and eta).", **on)
+  flags.DEFINE_string("data_dir", None, "Override config.data.data_dir (e.g. data prepared elsewhere).", **on)
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).", **on)
+  flags.mark_flags_as_required(["workdir", "out"], flag_values=fv)
+  argv = list(sys.argv if argv is None else argv)
+  try:
+    rest = fv(argv)
+  except flags.Error as err:
+    sys.stderr.write(f"FATAL Flags parsing error: {err}\nPass --helpshort to see help on flags.\n")
+    sys.exit(2)
+  if len(rest) > 1:
+    sys.stderr.write(f"FATAL unexpected positional arguments: {rest[1:]}\n")
+    sys.exit(2)
+  analyze(
+    fv.workdir,
+    fv.out,
+    split=fv.split,
+    num_examples=fv.num_examples,
+    chunk_size=fv.chunk_size,
+    labels=fv.label,
+    data_dir=fv.data_dir,
+    step=fv.step,
+  )
+
+
+if __name__ == "__main__":
+  main()
