@@ -1,0 +1,70 @@
+"""Every LRA task x model config loads, builds its model, and keeps the release's settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import lra_params
+from primal_jax.training.config_args import load_config
+
+CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "lra.py"
+REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+
+
+@pytest.mark.parametrize("task", list(lra_params.LENGTHS))
+@pytest.mark.parametrize("model", lra_params.models())
+def test_every_config_builds(task, model):
+  assert lra_params.count_params(task, model) > 0
+
+
+def test_release_settings():
+  listops = load_config(f"{CONFIG}:task=listops,model=primalformer")
+  assert (listops.data.batch_size, listops.total_steps, listops.optimizer.warmup_steps) == (32, 5000, 1000)
+  assert (listops.optimizer.name, listops.optimizer.learning_rate, listops.optimizer.schedule) == (
+    "adam",
+    1e-4,
+    "linear",
+  )
+  assert (listops.model.dim, listops.model.hidden_dim, listops.model.num_heads, listops.model.num_layers) == (
+    64,
+    128,
+    2,
+    2,
+  )
+  assert (listops.model.low_rank, listops.model.rank_multi, listops.ksvd.eta, listops.ksvd.spec) == (
+    20, 10, 0.1, "release_lra",
+  )  # fmt: skip
+  assert (listops.data.num_train, listops.data.num_validation, listops.data.num_test) == (96000, 2000, 2000)
+  plus = load_config(f"{CONFIG}:task=listops,model=primal_plus")
+  assert (plus.model.low_rank, plus.ksvd.eta) == (30, 0.05)
+  text = load_config(f"{CONFIG}:task=text,model=primalformer")
+  assert (text.data.seq_len, text.total_steps, text.optimizer.warmup_steps, text.ksvd.eta) == (4000, 20000, 8000, 0.05)
+  retrieval = load_config(f"{CONFIG}:task=retrieval,model=primalformer")
+  assert retrieval.model.name == "lra_dual" and retrieval.ksvd.eta == 0.0
+  assert load_config(f"{CONFIG}:task=listops,model=linear").ksvd.eta == 0.0  # no Primal layer, no KSVD term
+
+
+def test_param_count_matches_the_release_state_dict():
+  """The release's LRA PrimalFormer golden case (vocab 32, length 512): same number of parameters."""
+  path = REFERENCE / "lra_primalformer.npz"
+  if not path.exists():
+    pytest.skip(f"reference vectors not found at {path}")
+  case = np.load(path)
+  release = sum(case[k].size for k in case.files if k.startswith(("model.", "seq_classifer.")))
+  lra_params.LENGTHS_BACKUP = dict(lra_params.LENGTHS)
+  try:
+    lra_params.LENGTHS["listops"] = 512
+    ours = lra_params.count_params("listops", "primalformer")
+  finally:
+    lra_params.LENGTHS.update(lra_params.LENGTHS_BACKUP)
+  assert ours == release
+
+
+def test_unknown_task_or_model():
+  with pytest.raises(ValueError, match="task must be one of"):
+    load_config(f"{CONFIG}:task=nope")
+  with pytest.raises(ValueError, match="layers"):
+    lra_params.count_params("listops", "nope")
