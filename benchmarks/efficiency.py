@@ -1,0 +1,539 @@
+r"""Training efficiency of the LRA models against sequence length (the paper's Table 3).
+
+For every variant and length N: seconds per 1,000 training steps (forward + backward + Adam update,
+state donated), memory (XLA's buffer assignment of the step, the peak RSS of a fresh process, the
+device allocator's peak on GPU/TPU) and FLOPs (XLA cost analysis, achieved FLOP/s, fraction of a
+measured matmul peak), with ratios against the softmax Transformer at the same N and log-log slopes.
+
+  python benchmarks/efficiency.py                       # the full grid (long: run on an idle machine)
+  python benchmarks/efficiency.py --lengths=256 --long_lengths= --steps=2 --repeats=1 \
+    --variants=softmax,primalformer --set=model.rank_multi=2 --out=/tmp/bench   # a seconds-long check
+
+Variants: `softmax` (the Transformer with our einsum `SoftmaxAttention`, the reference), `softmax_dpa`
+(the same model, its attention computed by `jax.nn.dot_product_attention`; no attention-weight dropout,
+which that function cannot apply), `primalformer`, `primal_plus` (Primal.+Trans.) and every baseline in
+`primal_jax.attention.registry.ATTENTIONS` at run time (the whole stack uses it). Models: the LRA
+config (`experiments/configs/lra.py`, 2 layers, dim 64, hidden 128, 2 heads x 32) with max length N,
+on synthetic full-length token batches (no data pipeline; its cost is not part of a step).
+
+Protocol: every variant at one N is compiled and warmed up (`--warmup_steps`), then repeat r times
+`--steps` steps of every variant in turn (starting with a different variant each repeat), so drift of
+a shared machine hits all variants alike; the median over `--repeats` is extrapolated to 1,000 steps.
+Process memory is measured first, in a separate process per (variant, N) (`--single`, this script
+again), so one variant's allocations cannot inflate another's peak.
+
+Outputs in `--out`: efficiency.json (everything, `primal_jax.benchmarking` result format),
+efficiency.md (the tables), efficiency.png (log-log time and memory vs N, slopes in the legend).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import dataclasses
+import datetime
+import functools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+
+from primal_jax import benchmarking as bm
+from primal_jax.attention.registry import ATTENTIONS
+from primal_jax.attention.softmax import SoftmaxAttention
+from primal_jax.initializers import linear_inits
+from primal_jax.masks import attention_bias_mask
+from primal_jax.models.builders import build_model
+from primal_jax.training.config_args import load_config
+from primal_jax.training.optimizers import make_optimizer
+from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
+from primal_jax.training.state import abstract_state, init_state, make_init_fn
+from primal_jax.training.steps import ksvd_spec, make_train_step
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = ROOT / "experiments" / "configs" / "lra.py"
+DEFAULT_OUT = ROOT / "benchmarks" / "results"
+REFERENCE = "softmax"
+SINGLE_MARKER = "EFFICIENCY_SINGLE_JSON "
+# Variants whose cost grows as N^2 (a softmax layer); they stop at --lengths by default.
+QUADRATIC = ("softmax", "softmax_dpa", "primal_plus")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """A benchmarked model: the LRA config's `model=family`, optionally with the fused softmax."""
+
+  name: str
+  family: str
+  dot_product_attention: bool = False
+
+
+def available_variants() -> dict[str, Variant]:
+  """The fixed variants, then every registered attention other than primal/softmax (read at run time)."""
+  variants = {
+    "softmax": Variant("softmax", "softmax"),
+    "softmax_dpa": Variant("softmax_dpa", "softmax", dot_product_attention=True),
+    "primalformer": Variant("primalformer", "primalformer"),
+    "primal_plus": Variant("primal_plus", "primal_plus"),
+  }
+  for name in ATTENTIONS:
+    if name not in ("primal", "softmax"):
+      variants[name] = Variant(name, name)
+  return variants
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Softmax attention through jax.nn.dot_product_attention, swapped in by a Flax method interceptor.
+
+
+def dot_product_softmax_call(
+  module: SoftmaxAttention,
+  inputs_q,
+  inputs_k=None,
+  inputs_v=None,
+  *,
+  inputs_kv=None,
+  mask=None,
+  deterministic=None,
+  dropout_rng=None,
+  sow_weights=False,
+):
+  """`SoftmaxAttention.__call__` with the attention core replaced by `jax.nn.dot_product_attention`.
+
+  Same parameters (query/key/value/out DenseGeneral, same names and initialisers) and the same result
+  up to masking: masked keys get the dtype's most negative score instead of -1e6, so a row with every
+  key masked differs (the benchmark has none). No dropout on the attention weights: the fused function
+  has no hook for it. Runs inside `module`'s compact scope (called by the interceptor).
+  """
+  del deterministic, dropout_rng
+  if module.decode or sow_weights:
+    raise ValueError("the dot_product_attention variant supports neither decode nor sow_weights")
+  if inputs_kv is not None:
+    inputs_k = inputs_v = inputs_kv
+  inputs_k = inputs_q if inputs_k is None else inputs_k
+  inputs_v = inputs_k if inputs_v is None else inputs_v
+  batch, length, width = inputs_q.shape
+  features = module.qkv_features or width
+  p = features // module.num_heads
+  dtype = module.dtype or jnp.result_type(inputs_q.dtype, jnp.float32)
+  kernel_init, bias_init = linear_inits(module.init_style, width, module.kernel_init, module.bias_init)
+  project = functools.partial(
+    nn.DenseGeneral,
+    features=(module.num_heads, p),
+    dtype=dtype,
+    param_dtype=module.param_dtype,
+    precision=module.precision,
+    use_bias=module.use_bias,
+    kernel_init=nn.with_logical_partitioning(kernel_init, ("embed", "heads", "kv")),
+    bias_init=nn.with_logical_partitioning(bias_init, ("heads", "kv")),
+  )
+  q, k, v = project(name="query")(inputs_q), project(name="key")(inputs_k), project(name="value")(inputs_v)
+  allowed = attention_bias_mask(mask, batch, length, k.shape[1], causal=False)
+  heads_out = jax.nn.dot_product_attention(q, k, v, mask=allowed, is_causal=module.causal)  # [B, N, H, p]
+  out_kernel, out_bias = linear_inits(module.init_style, features, module.kernel_init, module.bias_init)
+  return nn.DenseGeneral(
+    features=module.out_features or width,
+    axis=(-2, -1),
+    dtype=dtype,
+    param_dtype=module.param_dtype,
+    precision=module.precision,
+    use_bias=module.use_bias,
+    kernel_init=nn.with_logical_partitioning(out_kernel, ("heads", "kv", "embed")),
+    bias_init=nn.with_logical_partitioning(out_bias, ("embed",)),
+    name="out",
+  )(heads_out)
+
+
+def _dot_product_interceptor(next_fun, args, kwargs, context):
+  if type(context.module) is SoftmaxAttention and context.method_name == "__call__":
+    return dot_product_softmax_call(context.module, *args, **kwargs)
+  return next_fun(*args, **kwargs)
+
+
+def dot_product_attention_scope(enabled: bool = True):
+  """Context in which every `SoftmaxAttention` call traces `dot_product_softmax_call` instead.
+
+  An interceptor rather than a registry entry, so the benchmark changes no model code; it only has to
+  be active while the step is traced (init and lowering), not when the compiled step runs.
+  """
+  return nn.intercept_methods(_dot_product_interceptor) if enabled else contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One compiled train step.
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticInfo:
+  """The fields of `DatasetInfo` the LRA model builders read."""
+
+  seq_len: int
+  vocab_size: int
+  num_classes: int
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+  """Parse `model.rank_multi=2` into ("model.rank_multi", 2); values are Python literals, else strings."""
+  key, sep, value = text.partition("=")
+  if not sep or not key.strip():
+    raise ValueError(f"--set expects key=value, got {text!r}")
+  try:
+    return key.strip(), ast.literal_eval(value)
+  except (ValueError, SyntaxError):
+    return key.strip(), value
+
+
+def make_config(variant: Variant, seq_len: int, args):
+  """The LRA config of `variant` at length `seq_len`, with `--set` overrides (locked: typos raise)."""
+  config = load_config(f"{args.config}:task={args.task},model={variant.family}")
+  config.data.seq_len = seq_len
+  for key, value in args.set:
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+      node = node[part]
+    node[leaf] = value
+  return config
+
+
+def synthetic_batch(input_keys, batch_size: int, seq_len: int, vocab_size: int, num_classes: int, seed: int):
+  """Full-length random token batch (no padding: every position costs what a real one does)."""
+  rng = np.random.default_rng(seed)
+  batch = {"label": rng.integers(0, num_classes, batch_size, dtype=np.int32), "weight": np.ones(batch_size, np.float32)}
+  for key in input_keys:
+    if key.startswith("inputs"):
+      batch[key] = rng.integers(1, vocab_size, (batch_size, seq_len), dtype=np.int32)
+    elif key.startswith("mask"):
+      batch[key] = np.ones((batch_size, seq_len), bool)
+    else:
+      raise ValueError(f"no synthetic data for model input {key!r}")
+  return batch
+
+
+@dataclasses.dataclass
+class PreparedStep:
+  """A compiled, warmed-up train step and the state it advances (mutable: the state is donated)."""
+
+  compiled: Any
+  state: Any
+  batch: dict
+  steps: int
+  num_params: int
+  compile_seconds: float
+  flops: float | None
+  memory: dict
+  last_out: Any = None
+  error: str | None = None
+
+  def run(self, steps: int | None = None) -> float:
+    """Seconds for `steps` (default `self.steps`) steps; NaN once a step has failed (recorded in `error`)."""
+    if self.error:
+      return float("nan")
+    try:
+      self.state, self.last_out, seconds = bm.timed_steps(self.compiled, self.state, self.batch, steps or self.steps)
+    except Exception as err:  # e.g. out of device memory at run time: keep the other variants going
+      self.error = f"{type(err).__name__}: {err}"[:500]
+      return float("nan")
+    return seconds
+
+  def loss(self) -> float | None:
+    return None if self.last_out is None else float(jax.device_get(self.last_out["loss"]))
+
+
+def prepare_step(variant: Variant, seq_len: int, args, device: jax.Device, warmup_steps: int) -> PreparedStep:
+  """Build the model at `seq_len`, compile its train step on `device` alone, run `warmup_steps` steps."""
+  config = make_config(variant, seq_len, args)
+  info = SyntheticInfo(seq_len=seq_len, vocab_size=config.model.vocab_size, num_classes=args.num_classes)
+  built = build_model(config.model, info)
+  tx, schedule = make_optimizer(config.optimizer, config.total_steps)
+  mesh = make_mesh((1, 1), devices=[device])
+  host_batch = synthetic_batch(built.input_keys, args.batch_size, seq_len, info.vocab_size, info.num_classes, args.seed)
+  batch = jax.device_put(host_batch, batch_sharding(mesh))
+  example = tuple(host_batch[k][:1] for k in built.input_keys)
+  rng = jax.random.PRNGKey(args.seed)
+  start = time.perf_counter()
+  with dot_product_attention_scope(variant.dot_product_attention):
+    init_fn = make_init_fn(built.module, tx, example)
+    abstract, shardings = abstract_state(init_fn, rng, mesh)
+    state = init_state(init_fn, rng, shardings)
+    step = jax.jit(
+      make_train_step(built, tx, schedule, eta=config.ksvd.eta, spec=ksvd_spec(config.ksvd.spec)),
+      in_shardings=(shardings, batch_sharding(mesh)),
+      out_shardings=(shardings, replicated(mesh)),
+      donate_argnums=0,
+    )
+    compiled = step.lower(abstract, batch).compile()
+  compile_seconds = time.perf_counter() - start
+  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract.params))
+  prepared = PreparedStep(
+    compiled, state, batch, args.steps, num_params, compile_seconds, bm.compiled_flops(compiled),
+    bm.compiled_memory(compiled),
+  )  # fmt: skip
+  if warmup_steps:
+    prepared.run(warmup_steps)
+    if prepared.error:
+      raise RuntimeError(prepared.error)
+  return prepared
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Process memory of one (variant, N), in a fresh process.
+
+
+def run_single(args) -> dict:
+  """`--single=VARIANT:N`: peak memory of one variant in this (fresh) process; prints a JSON line."""
+  name, _, n = args.single.partition(":")
+  variant, seq_len = available_variants()[name], int(n)
+  device = jax.devices()[0]  # starts the backend, so its memory is part of the baseline
+  baseline = bm.peak_rss_bytes()
+  prepared = prepare_step(variant, seq_len, args, device, warmup_steps=1)  # compile + first step
+  compile_peak = bm.peak_rss_bytes()
+  reset = bm.reset_rss_high_water()
+  before = bm.current_rss_bytes()
+  prepared.run(args.memory_steps)
+  if prepared.error:
+    raise RuntimeError(prepared.error)
+  steps_peak = bm.peak_rss_bytes()  # since the reset, if there was one
+  peak = max(compile_peak, steps_peak)
+  out = {
+    "variant": name,
+    "seq_len": seq_len,
+    "rss": {
+      "baseline_bytes": baseline,
+      "peak_bytes": peak,
+      "peak_delta_bytes": peak - baseline,
+      "step_delta_bytes": steps_peak - before if reset and before else None,
+      "ru_maxrss_bytes": bm.ru_maxrss_bytes(),
+    },
+    "device_memory": bm.device_memory(device),
+  }
+  print(SINGLE_MARKER + json.dumps(out), flush=True)
+  return out
+
+
+def single_argv(args, variant: str, seq_len: int) -> list[str]:
+  argv = [sys.executable, str(Path(__file__).resolve()), f"--single={variant}:{seq_len}"]
+  argv += [f"--config={args.config}", f"--task={args.task}", f"--batch_size={args.batch_size}"]
+  argv += [f"--num_classes={args.num_classes}", f"--seed={args.seed}", f"--memory_steps={args.memory_steps}"]
+  argv += [f"--set={k}={v!r}" for k, v in args.set]
+  return argv
+
+
+def measure_in_subprocess(args, variant: str, seq_len: int) -> dict:
+  """{"rss": ..., "device_memory": ...} of a fresh process running the variant, or {"memory_error": ...}."""
+  try:
+    proc = subprocess.run(
+      single_argv(args, variant, seq_len), capture_output=True, text=True, timeout=args.single_timeout, check=False
+    )
+  except subprocess.TimeoutExpired:
+    return {"memory_error": f"timed out after {args.single_timeout} s"}
+  for line in reversed(proc.stdout.splitlines()):
+    if line.startswith(SINGLE_MARKER):
+      out = json.loads(line[len(SINGLE_MARKER) :])
+      return {"rss": out["rss"], "device_memory": out["device_memory"]}
+  tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+  return {"memory_error": f"exit {proc.returncode}: {tail[0][:300]}"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The grid.
+
+
+def _csv(text: str) -> list[str]:
+  return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+  parser.add_argument("--variants", default="all", help="comma list, or 'all': " + ", ".join(available_variants()))
+  parser.add_argument("--lengths", default="1024,2048,4096", help="N for every variant")
+  parser.add_argument("--long_lengths", default="8192,16384", help="extra N for variants not in --quadratic")
+  parser.add_argument("--quadratic", default=",".join(QUADRATIC), help="variants that skip --long_lengths")
+  parser.add_argument("--batch_size", type=int, default=8)
+  parser.add_argument("--steps", type=int, default=100, help="timed steps per repeat (extrapolated to 1,000)")
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--warmup_steps", type=int, default=2, help="steps after compiling, before timing")
+  parser.add_argument("--task", default="listops", help="LRA task of the config (vocabulary, KSVD settings)")
+  parser.add_argument("--config", default=str(DEFAULT_CONFIG))
+  parser.add_argument("--num_classes", type=int, default=10)
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument(
+    "--set", action="append", default=[], type=parse_override, metavar="KEY=VALUE",
+    help="config override, repeatable (e.g. model.rank_multi=2 for N < 200)",
+  )  # fmt: skip
+  parser.add_argument("--rss", action=argparse.BooleanOptionalAction, default=True, help="process memory per run")
+  parser.add_argument("--memory_steps", type=int, default=2, help="steps run by each memory process")
+  parser.add_argument("--single_timeout", type=float, default=1800.0)
+  parser.add_argument("--peak_size", type=int, default=0, help="matmul peak size (0: 4096 on GPU/TPU, 2048 on CPU)")
+  parser.add_argument("--peak_repeats", type=int, default=5)
+  parser.add_argument("--out", default=str(DEFAULT_OUT))
+  parser.add_argument("--single", default="", help=argparse.SUPPRESS)  # VARIANT:N, internal
+  args = parser.parse_args(argv)
+  for name in ("batch_size", "steps", "repeats", "memory_steps", "peak_repeats"):
+    if getattr(args, name) < 1:
+      parser.error(f"--{name} must be >= 1")
+  return args
+
+
+def plan_grid(args) -> list[tuple[int, list[Variant]]]:
+  """[(N, variants run at N)] in increasing N."""
+  variants = available_variants()
+  names = list(variants) if args.variants == "all" else _csv(args.variants)
+  unknown = [n for n in names if n not in variants]
+  if unknown:
+    raise ValueError(f"unknown variants {unknown}; available: {', '.join(variants)}")
+  quadratic = set(_csv(args.quadratic))
+  lengths = [int(n) for n in _csv(args.lengths)]
+  long_lengths = [int(n) for n in _csv(args.long_lengths) if int(n) not in lengths]
+  grid = [(n, [variants[v] for v in names]) for n in lengths]
+  grid += [(n, [variants[v] for v in names if v not in quadratic]) for n in long_lengths]
+  return sorted((g for g in grid if g[1]), key=lambda g: g[0])
+
+
+def _log(message: str) -> None:
+  print(message, file=sys.stderr, flush=True)
+
+
+def _git_commit() -> str | None:
+  try:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+  except (OSError, subprocess.TimeoutExpired):
+    return None
+  return out.stdout.strip() or None
+
+
+def _meta(args, device: jax.Device) -> dict:
+  return {
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "git_commit": _git_commit(),
+    "jax": jax.__version__,
+    "python": platform.python_version(),
+    "platform": device.platform,
+    "device_kind": device.device_kind,
+    "cpu_count": os.cpu_count(),
+    "load_average_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    "reference": REFERENCE,
+    "args": {k: v for k, v in vars(args).items() if k != "single"},
+  }
+
+
+def measure_memory(args, grid) -> dict[tuple[str, int], dict]:
+  """{(variant, N): process memory} from one fresh process each, run one at a time.
+
+  Runs before this process touches the accelerator: on a GPU, JAX's default preallocation in this
+  process would otherwise leave the measuring process short of device memory.
+  """
+  memory = {}
+  for seq_len, variants in grid:
+    for variant in variants:
+      memory[variant.name, seq_len] = out = measure_in_subprocess(args, variant.name, seq_len)
+      rss = (out.get("rss") or {}).get("peak_delta_bytes")
+      _log(
+        f"[N={seq_len}] {variant.name}: "
+        + (f"peak RSS +{rss / bm.MIB:.1f} MiB" if rss is not None else out.get("memory_error", "?"))
+      )
+  return memory
+
+
+def run_grid(args) -> dict:
+  grid = plan_grid(args)
+  memory = measure_memory(args, grid) if args.rss else {}
+  device = jax.devices()[0]
+  meta = _meta(args, device)
+  accelerator = device.platform != "cpu"
+  peak_size = args.peak_size or (4096 if accelerator else 2048)
+  peak = bm.measure_matmul_peak(peak_size, args.peak_repeats, device=device)
+  _log(f"matmul peak: {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak_size}^3 float32 on {device.device_kind})")
+  records = []
+  for seq_len, variants in grid:
+    prepared: dict[str, PreparedStep] = {}
+    for variant in variants:
+      try:
+        prepared[variant.name] = prepare_step(variant, seq_len, args, device, args.warmup_steps)
+      except Exception as err:  # a variant that cannot run at this N (config, memory) must not stop the grid
+        records.append({"variant": variant.name, "seq_len": seq_len, "error": f"{type(err).__name__}: {err}"[:500]})
+        _log(f"[N={seq_len}] {variant.name}: FAILED {records[-1]['error']}")
+        continue
+      p = prepared[variant.name]
+      _log(
+        f"[N={seq_len}] {variant.name}: compiled in {p.compile_seconds:.1f} s, "
+        f"{(p.flops or 0) / 1e9:.3f} GFLOP/step, XLA {p.memory.get('total_bytes', 0) / bm.MIB:.1f} MiB"
+      )
+    times = bm.interleaved_timings({name: p.run for name, p in prepared.items()}, args.repeats)
+    for name, p in prepared.items():
+      samples = [t for t in times[name] if t == t]  # drop NaN (failed repeats)
+      record = {"variant": name, "seq_len": seq_len, "num_params": p.num_params, "batch_size": args.batch_size}
+      if p.error or not samples:
+        record["error"] = p.error or "no successful repeat"
+      else:
+        sec_per_step = statistics.median(samples) / args.steps
+        record.update(
+          steps_per_repeat=args.steps,
+          repeat_seconds=times[name],
+          sec_per_1k_steps=1000.0 * sec_per_step,
+          compile_seconds=p.compile_seconds,
+          flops_per_step=p.flops,
+          xla_memory=p.memory,
+          final_loss=p.loss(),
+          **bm.roofline(p.flops, sec_per_step, peak["flops_per_s"]),
+        )
+        _log(f"[N={seq_len}] {name}: {record['sec_per_1k_steps']:.2f} s / 1k steps")
+      records.append(record)
+    del prepared  # free this N's states before compiling the next
+  for record in records:
+    record.update(memory.get((record["variant"], record["seq_len"]), {}))
+  meta["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+  return {"meta": meta, "matmul_peak": peak, "records": records}
+
+
+def write_outputs(results: dict, out_dir: str | Path) -> dict[str, Path]:
+  out_dir = Path(out_dir)
+  meta, peak = results["meta"], results["matmul_peak"]
+  args = meta["args"]
+  header = (
+    f"# Training efficiency vs sequence length\n\n"
+    f"{meta['device_kind']} ({meta['platform']}), jax {meta['jax']}, commit {meta['git_commit'] or '?'}, "
+    f"{meta['date']}. LRA `{args['task']}` models (config `{Path(args['config']).name}`, overrides "
+    f"{args['set'] or 'none'}), batch {args['batch_size']}, {args['steps']} timed steps x {args['repeats']} "
+    f"interleaved repeats (median, extrapolated to 1,000 steps). Matmul peak "
+    f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s. Load average at start {meta['load_average_start']}.\n\n"
+    "`softmax_dpa` applies no dropout to the attention weights (`jax.nn.dot_product_attention` cannot); "
+    "`softmax` and `primal_plus` do (rate 0.1). Process peak RSS includes compiling the step; the "
+    "steps-only row resets the high-water mark after compiling.\n\n"
+  )
+  paths = {
+    "json": bm.save_results(out_dir / "efficiency.json", results),
+    "markdown": out_dir / "efficiency.md",
+    "png": bm.plot_scaling(
+      results, out_dir / "efficiency.png", title=f"{meta['device_kind']}, batch {args['batch_size']}"
+    ),
+  }
+  paths["markdown"].write_text(header + bm.results_markdown(results, reference=meta["reference"]) + "\n")
+  return paths
+
+
+def main(argv=None) -> dict:
+  """Run the grid (or one `--single` memory measurement); returns the result dict."""
+  args = parse_args(argv)
+  if args.single:
+    return run_single(args)
+  results = run_grid(args)
+  paths = write_outputs(results, args.out)
+  print(bm.results_markdown(results, reference=REFERENCE))
+  _log("wrote " + ", ".join(str(p) for p in paths.values()))
+  return results
+
+
+if __name__ == "__main__":
+  main()

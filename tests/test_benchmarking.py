@@ -1,0 +1,234 @@
+"""Tests of the efficiency benchmark's helpers (`primal_jax.benchmarking`) and a tiny run of its script.
+
+No timing is asserted: the numbers depend on the machine. What is checked is the accounting (FLOPs,
+memory, slopes, ratios), the files written, and that the fused-softmax variant computes the same model.
+"""
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from primal_jax import benchmarking as bm
+from primal_jax.models.classifier import SequenceClassifier
+from primal_jax.models.config import make_config
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "efficiency.py"
+
+
+@pytest.fixture(scope="module")
+def efficiency():
+  """benchmarks/efficiency.py as a module (benchmarks/ is a script folder, not a package)."""
+  spec = importlib.util.spec_from_file_location("benchmarks_efficiency", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # dataclasses resolve their module by name
+  spec.loader.exec_module(module)
+  yield module
+  sys.modules.pop(spec.name, None)
+
+
+def test_flops_of_a_matmul_are_2mnk():
+  m, k, n = 48, 40, 24
+  a, b = jnp.ones((m, k)), jnp.ones((k, n))
+  assert bm.jit_flops(jnp.matmul, a, b) == 2 * m * n * k
+  compiled = jax.jit(jnp.matmul).lower(a, b).compile()
+  assert bm.compiled_flops(compiled) == 2 * m * n * k
+
+
+def test_memory_analysis_reports_positive_sizes():
+  a, b = jnp.ones((64, 32)), jnp.ones((32, 16))
+  compiled = jax.jit(lambda x, y: jnp.tanh(x @ y) @ y.T).lower(a, b).compile()
+  mem = bm.compiled_memory(compiled)
+  assert mem["argument_bytes"] == (64 * 32 + 32 * 16) * 4
+  assert mem["output_bytes"] == 64 * 32 * 4
+  assert mem["temp_bytes"] >= 0
+  assert mem["total_bytes"] >= mem["argument_bytes"] + mem["output_bytes"] > 0
+
+
+def test_memory_analysis_counts_donated_buffers_once():
+  x = jnp.ones((256, 256))
+  plain = bm.compiled_memory(jax.jit(lambda v: v * 2).lower(x).compile())
+  donated = bm.compiled_memory(jax.jit(lambda v: v * 2, donate_argnums=0).lower(x).compile())
+  assert donated["alias_bytes"] == x.nbytes
+  assert donated["total_bytes"] == plain["total_bytes"] - x.nbytes
+
+
+def test_process_memory_helpers():
+  assert bm.ru_maxrss_bytes() > 0
+  assert bm.peak_rss_bytes() > 0
+  if sys.platform.startswith("linux"):
+    assert bm.rss_high_water_bytes() >= bm.current_rss_bytes() > 0
+  assert bm.device_memory(jax.devices("cpu")[0]) is None or isinstance(bm.device_memory(), dict)
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0])
+def test_loglog_slope_recovers_the_exponent(exponent):
+  x = np.array([1024, 2048, 4096, 8192, 16384], float)
+  slope, intercept = bm.fit_loglog_slope(x, 3.5 * x**exponent)
+  assert slope == pytest.approx(exponent, abs=1e-12)
+  assert intercept == pytest.approx(math.log(3.5), abs=1e-9)
+
+
+def test_loglog_slope_rejects_bad_input():
+  with pytest.raises(ValueError, match="two distinct"):
+    bm.fit_loglog_slope([8], [1.0])
+  with pytest.raises(ValueError, match="positive"):
+    bm.fit_loglog_slope([1, 2], [0.0, 1.0])
+
+
+def test_interleaved_timings_rotate_the_order():
+  calls = []
+  runners = {name: (lambda name=name: calls.append(name) or 1.0) for name in "abc"}
+  times = bm.interleaved_timings(runners, repeats=3)
+  assert calls == list("abcbcacab")
+  assert times == {name: [1.0, 1.0, 1.0] for name in "abc"}
+
+
+def test_roofline():
+  assert bm.roofline(2e9, 0.5, 8e9) == {"achieved_flops_per_s": 4e9, "peak_fraction": 0.5}
+  assert bm.roofline(None, 0.5, 8e9) == {"achieved_flops_per_s": None, "peak_fraction": None}
+
+
+def _records():
+  recs = []
+  for n, t_soft, t_lin in [(1024, 10.0, 5.0), (2048, 40.0, 10.0)]:
+    recs.append({"variant": "softmax", "seq_len": n, "sec_per_1k_steps": t_soft, "xla_memory": {"total_bytes": n**2}})
+    recs.append({"variant": "linear", "seq_len": n, "sec_per_1k_steps": t_lin, "xla_memory": {"total_bytes": 64 * n}})
+  recs.append(
+    {"variant": "linear", "seq_len": 4096, "sec_per_1k_steps": 20.0, "xla_memory": {"total_bytes": 64 * 4096}}
+  )
+  return recs
+
+
+def test_ratio_table_against_the_reference():
+  table = bm.ratio_table(_records(), "sec_per_1k_steps", reference="softmax")
+  lines = table.splitlines()
+  assert lines[0] == "| variant | N=1024 | N=2048 | N=4096 | slope |"
+  assert lines[2] == "| softmax | 10.00 (1.00x) | 40.00 (1.00x) | - | 2.00 |"
+  # No softmax at 4096: the value without a ratio.
+  assert lines[3] == "| linear | 5.00 (0.50x) | 10.00 (0.25x) | 20.00 | 1.00 |"
+  memory = bm.ratio_table(_records(), "xla_memory.total_bytes", reference="softmax", scale=1024, digits=0)
+  assert "| linear | 64 (0.06x) | 128 (0.03x) | 256 | 1.00 |" in memory
+
+
+def test_results_markdown_sections_and_failures():
+  records = [*_records(), {"variant": "performer", "seq_len": 1024, "error": "ValueError: boom"}]
+  for rec in records[:-1]:
+    rec.update(flops_per_step=1e9, **bm.roofline(1e9, rec["sec_per_1k_steps"] / 1000, 1e12))
+  text = bm.results_markdown({"records": records, "matmul_peak": {"flops_per_s": 1e12, "size": 64, "dtype": "float32"}},
+                             reference="softmax")  # fmt: skip
+  assert "### Training time (seconds per 1,000 steps)" in text
+  assert "### XLA memory of the step" in text
+  assert "Peak RSS" not in text  # no such data
+  assert "| softmax | 1024 | 1.000 | 100.00 | 10.0% |" in text
+  assert "| performer | 1024 | ValueError: boom |" in text
+
+
+def test_json_round_trip(tmp_path):
+  results = {
+    "meta": {"args": {"set": [("model.rank_multi", 2)]}},
+    "matmul_peak": {"flops_per_s": np.float32(2.5)},
+    "records": [{"variant": "softmax", "seq_len": 64, "sec_per_1k_steps": 1.25, "final_loss": float("nan")}],
+  }
+  path = bm.save_results(tmp_path / "sub" / "r.json", results)
+  loaded = bm.load_results(path)
+  assert loaded["records"][0] == {"variant": "softmax", "seq_len": 64, "sec_per_1k_steps": 1.25, "final_loss": None}
+  assert loaded["matmul_peak"]["flops_per_s"] == 2.5
+  assert loaded["meta"]["args"]["set"] == [["model.rank_multi", 2]]
+  assert json.loads(path.read_text()) == loaded
+  bm.save_results(path, loaded)
+  assert bm.load_results(path) == loaded
+
+
+def test_plot_scaling_writes_a_png(tmp_path):
+  path = bm.plot_scaling({"records": _records()}, tmp_path / "p.png", title="t")
+  assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_matmul_peak_is_positive():
+  peak = bm.measure_matmul_peak(size=128, repeats=2)
+  assert peak["flops"] == 2 * 128**3
+  assert peak["flops_per_s"] > 0 and len(peak["seconds"]) == 2
+
+
+def test_dot_product_variant_computes_the_einsum_model(efficiency):
+  """Same parameters and (without dropout) the same logits as the einsum SoftmaxAttention."""
+  config = make_config("softmax", 2, vocab_size=16, max_len=24, dim=16, hidden_dim=32, num_classes=3)
+  model = SequenceClassifier(config)
+  tokens = jax.random.randint(jax.random.PRNGKey(0), (2, 24), 1, 16)
+  mask = jnp.arange(24)[None, :] < jnp.array([[24], [17]])
+  params = model.init(jax.random.PRNGKey(1), tokens, mask)
+  with efficiency.dot_product_attention_scope():
+    fused_params = model.init(jax.random.PRNGKey(1), tokens, mask)
+    fused = model.apply(params, tokens, mask)
+  assert jax.tree.structure(fused_params) == jax.tree.structure(params)
+  np.testing.assert_allclose(fused, model.apply(params, tokens, mask), atol=1e-5)
+
+
+def test_plan_grid_and_overrides(efficiency):
+  args = efficiency.parse_args(["--variants=softmax,primalformer", "--set=model.rank_multi=2", "--set=task=x"])
+  assert args.set == [("model.rank_multi", 2), ("task", "x")]
+  assert [(n, [v.name for v in vs]) for n, vs in efficiency.plan_grid(args)] == [
+    (1024, ["softmax", "primalformer"]),
+    (2048, ["softmax", "primalformer"]),
+    (4096, ["softmax", "primalformer"]),
+    (8192, ["primalformer"]),
+    (16384, ["primalformer"]),
+  ]
+  assert {"softmax", "softmax_dpa", "primalformer", "primal_plus"} <= set(efficiency.available_variants())
+  with pytest.raises(ValueError, match="unknown variants"):
+    efficiency.plan_grid(efficiency.parse_args(["--variants=nope"]))
+
+
+def test_script_end_to_end(efficiency, tmp_path, capsys):
+  results = efficiency.main(
+    [
+      "--variants=primalformer,softmax", "--lengths=64", "--long_lengths=", "--steps=1", "--repeats=1",
+      "--warmup_steps=1", "--set=model.rank_multi=2", "--no-rss", "--peak_size=128", "--peak_repeats=1",
+      f"--out={tmp_path}",
+    ]
+  )  # fmt: skip
+  records = {r["variant"]: r for r in results["records"]}
+  assert set(records) == {"primalformer", "softmax"}
+  for rec in records.values():
+    assert "error" not in rec, rec
+    assert rec["sec_per_1k_steps"] > 0 and rec["flops_per_step"] > 0 and rec["xla_memory"]["total_bytes"] > 0
+    assert math.isfinite(rec["final_loss"])
+  saved = bm.load_results(tmp_path / "efficiency.json")
+  assert [r["variant"] for r in saved["records"]] == [r["variant"] for r in results["records"]]
+  markdown = (tmp_path / "efficiency.md").read_text()
+  assert "| softmax | " in markdown and "(1.00x)" in markdown
+  assert (tmp_path / "efficiency.png").read_bytes()[:4] == b"\x89PNG"
+  assert "| primalformer |" in capsys.readouterr().out
+
+
+def test_single_mode_reports_process_memory(efficiency, capsys):
+  out = efficiency.main(["--single=softmax:64", "--set=model.rank_multi=2", "--memory_steps=1"])
+  assert out["rss"]["peak_bytes"] >= out["rss"]["baseline_bytes"] > 0
+  line = capsys.readouterr().out.strip().splitlines()[-1]
+  assert line.startswith(efficiency.SINGLE_MARKER)
+  assert json.loads(line[len(efficiency.SINGLE_MARKER) :])["rss"] == out["rss"]
+
+
+def test_subprocess_memory_is_parsed_from_the_marker_line(efficiency, monkeypatch):
+  args = efficiency.parse_args(["--set=model.rank_multi=2", "--single_timeout=5"])
+  argv = efficiency.single_argv(args, "softmax", 64)
+  assert argv[1:4] == [str(SCRIPT), "--single=softmax:64", f"--config={args.config}"]
+  assert efficiency.parse_args(argv[2:]).set == args.set  # the child parses what the parent was given
+  payload = {"rss": {"peak_delta_bytes": 5}, "device_memory": None}
+  replies = iter(
+    [
+      subprocess.CompletedProcess(argv, 0, "log\n" + efficiency.SINGLE_MARKER + json.dumps(payload) + "\n", ""),
+      subprocess.CompletedProcess(argv, 1, "", "Traceback ...\nMemoryError: out of memory\n"),
+    ]
+  )
+  monkeypatch.setattr(efficiency.subprocess, "run", lambda *a, **k: next(replies))
+  assert efficiency.measure_in_subprocess(args, "softmax", 64) == payload
+  assert efficiency.measure_in_subprocess(args, "softmax", 64) == {"memory_error": "exit 1: MemoryError: out of memory"}
