@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,9 @@ from experiments import lra_params
 from primal_jax.training.config_args import load_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "lra.py"
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+REFERENCE = Path(
+  os.environ.get("PRIMAL_JAX_REFERENCE_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "reference")
+)
 
 
 @pytest.mark.parametrize("task", list(lra_params.LENGTHS))
