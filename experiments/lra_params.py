@@ -30,10 +30,14 @@ def models() -> list[str]:
   return ["softmax", "primalformer", "primal_plus", *baselines]
 
 
-def count_params(task: str, model: str) -> int:
+def count_params(task: str, model: str, seq_len: int | None = None) -> int:
+  """Parameters of `model` on `task` at padded length `seq_len` (default: the task's LRA length)."""
   config = load_config(f"{CONFIG}:task={task},model={model}")
   info = types.SimpleNamespace(
-    seq_len=LENGTHS[task], vocab_size=0, num_classes={"listops": 10, "image": 10}.get(task, 2), num_features=1
+    seq_len=seq_len or LENGTHS[task],
+    vocab_size=0,
+    num_classes={"listops": 10, "image": 10}.get(task, 2),
+    num_features=1,
   )
   built = build_model(config.model, info)
   example = tuple(

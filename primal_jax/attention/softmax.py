@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from primal_jax.attention.inputs import resolve_qkv
 from primal_jax.initializers import linear_inits
 from primal_jax.masks import attention_bias_mask
-from primal_jax.validation import check_divisible, check_finite, check_positive, check_rank, check_same_shape
+from primal_jax.validation import check_divisible, check_positive
 
 # The release subtracts 1e6 from masked scores rather than using -inf, so a row
 # with every key masked stays finite (in float32 it stays close to the unmasked
@@ -74,18 +75,7 @@ class SoftmaxAttention(nn.Module):
     check_positive(self.num_heads, "num_heads")
     if self.decode and not self.causal:
       raise ValueError("decode=True needs causal=True (the key/value cache only serves causal decoding)")
-    if inputs_kv is not None:
-      if inputs_k is not None or inputs_v is not None:
-        raise ValueError("pass either inputs_k/inputs_v or inputs_kv, not both")
-      inputs_k = inputs_v = inputs_kv
-    inputs_k = inputs_q if inputs_k is None else inputs_k
-    inputs_v = inputs_k if inputs_v is None else inputs_v
-    check_rank(inputs_q, 3, "inputs_q", "[batch, length, features]")
-    check_rank(inputs_k, 3, "inputs_k", "[batch, length, features]")
-    check_same_shape(inputs_k, inputs_v, "inputs_k", "inputs_v")
-    if self.debug_checks:
-      for name, value in (("inputs_q", inputs_q), ("inputs_k", inputs_k), ("inputs_v", inputs_v)):
-        check_finite(value, name)
+    inputs_k, inputs_v = resolve_qkv(inputs_q, inputs_k, inputs_v, inputs_kv, debug_checks=self.debug_checks)
     batch, length, width = inputs_q.shape
     heads = self.num_heads
     features = self.qkv_features or width

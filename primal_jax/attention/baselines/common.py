@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from primal_jax.attention.inputs import resolve_qkv
 from primal_jax.initializers import linear_inits
-from primal_jax.validation import check_divisible, check_finite, check_positive, check_rank, check_same_shape
+from primal_jax.validation import check_divisible, check_positive
 
 
 def compute_dtype(dtype) -> Any:
@@ -155,24 +156,13 @@ class BaselineAttention(nn.Module):
     if self.causal and not self.supports_causal:
       raise ValueError(f"causal=True is not supported by {name} (non-causal only)")
     self.validate()
-    if inputs_kv is not None:
-      if inputs_k is not None or inputs_v is not None:
-        raise ValueError("pass either inputs_k/inputs_v or inputs_kv, not both")
-      inputs_k = inputs_v = inputs_kv
-    inputs_k = inputs_q if inputs_k is None else inputs_k
-    inputs_v = inputs_k if inputs_v is None else inputs_v
-    check_rank(inputs_q, 3, "inputs_q", "[batch, length, features]")
-    check_rank(inputs_k, 3, "inputs_k", "[batch, length, features]")
-    check_same_shape(inputs_k, inputs_v, "inputs_k", "inputs_v")
+    inputs_k, inputs_v = resolve_qkv(inputs_q, inputs_k, inputs_v, inputs_kv, debug_checks=self.debug_checks)
     if inputs_k.shape[0] != inputs_q.shape[0]:
       raise ValueError(f"inputs_k must have batch size {inputs_q.shape[0]} (that of inputs_q), got {inputs_k.shape}")
     if self.causal and inputs_k.shape[1] != inputs_q.shape[1]:
       raise ValueError(
         f"causal attention needs as many queries as keys, got {inputs_q.shape[1]} and {inputs_k.shape[1]}"
       )
-    if self.debug_checks:
-      for arg, value in (("inputs_q", inputs_q), ("inputs_k", inputs_k), ("inputs_v", inputs_v)):
-        check_finite(value, arg)
     batch, length, width = inputs_q.shape
     heads = self.num_heads
     features = self.qkv_features or width
