@@ -96,6 +96,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     pooling="mean",
     dropout_rate=0.1,
     attention_dropout_rate=0.1,
+    dropout_impl="hash",  # counter-hash masks, ~6x cheaper than threefry on CPU (primal_jax/dropout.py)
     dtype="float32",
     param_dtype="float32",
   )

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from primal_jax.attention.head import primal_head, vmap_over_heads_and_batch
+from primal_jax.dropout import Dropout
 from primal_jax.feature_maps import cosine_feature_map, random_feature_projection, softmax_kernel_feature_map
 from primal_jax.initializers import linear_inits, torch_orthogonal_init, uniform01_init
 from primal_jax.ksvd import KSVD_COLLECTION, ksvd_terms
@@ -93,6 +94,7 @@ class PrimalAttention(nn.Module):
   out_features: int | None = None
   broadcast_dropout: bool = True
   dropout_rate: float = 0.0
+  dropout_impl: str = "threefry"  # mask generator: "threefry" (nn.Dropout) | "hash" (primal_jax.dropout)
   deterministic: bool | None = None
   precision: Any = None
   kernel_init: Any = None
@@ -269,7 +271,7 @@ class PrimalAttention(nn.Module):
       heads_out = heads_out * padding[:, None, :, None].astype(heads_out.dtype)
     if self.dropout_rate > 0.0:
       deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
-      heads_out = nn.Dropout(self.dropout_rate, broadcast_dims=(), name="dropout")(
+      heads_out = Dropout(self.dropout_rate, broadcast_dims=(), impl=self.dropout_impl, name="dropout")(
         heads_out, deterministic=deterministic, rng=dropout_rng
       )
     out_kernel, out_bias = linear_inits(self.init_style, features, self.kernel_init, self.bias_init)

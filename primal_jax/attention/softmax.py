@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from primal_jax.attention.inputs import resolve_qkv
+from primal_jax.dropout import Dropout
 from primal_jax.initializers import linear_inits
 from primal_jax.masks import attention_bias_mask
 from primal_jax.validation import check_divisible, check_positive
@@ -48,6 +49,7 @@ class SoftmaxAttention(nn.Module):
   out_features: int | None = None
   broadcast_dropout: bool = True
   dropout_rate: float = 0.0
+  dropout_impl: str = "threefry"  # mask generator: "threefry" (nn.Dropout) | "hash" (primal_jax.dropout)
   deterministic: bool | None = None
   precision: Any = None
   kernel_init: Any = None
@@ -112,7 +114,7 @@ class SoftmaxAttention(nn.Module):
     if self.dropout_rate > 0.0:
       deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
       broadcast = (1,) if self.broadcast_dropout else ()
-      weights = nn.Dropout(self.dropout_rate, broadcast_dims=broadcast, name="dropout")(
+      weights = Dropout(self.dropout_rate, broadcast_dims=broadcast, impl=self.dropout_impl, name="dropout")(
         weights, deterministic=deterministic, rng=dropout_rng
       )
     heads_out = jnp.einsum("bhnm,bmhd->bnhd", weights, v)  # [B, N, H, p]

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from primal_jax.attention.registry import get_attention
+from primal_jax.dropout import Dropout
 from primal_jax.initializers import embedding_init, linear_inits
 from primal_jax.models.config import TransformerConfig
 
@@ -67,9 +68,9 @@ class MlpBlock(nn.Module):
     cfg = self.config
     h = dense(cfg, cfg.hidden_dim, cfg.dim, ("embed", "mlp"), "fc_in")(x)
     h = nn.gelu(h, approximate=not cfg.exact_gelu)
-    h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+    h = Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)(h, deterministic=deterministic)
     h = dense(cfg, cfg.dim, cfg.hidden_dim, ("mlp", "embed"), "fc_out")(h)
-    return nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+    return Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)(h, deterministic=deterministic)
 
 
 class EncoderBlock(nn.Module):
@@ -102,7 +103,7 @@ class EncoderBlock(nn.Module):
     norm2 = block_norm(cfg, "norm2", deterministic)
     attention = attention_cls(name="attention")
     mlp = MlpBlock(cfg, name="mlp")
-    dropout = nn.Dropout(cfg.dropout_rate)
+    dropout = Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)
     if cfg.norm_position == "post":
       x = norm1(x + dropout(attention(x, mask=mask, deterministic=deterministic), deterministic=deterministic))
       return norm2(x + mlp(x, deterministic))
@@ -146,7 +147,7 @@ class TokenEmbedding(nn.Module):
       embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")),
     )
     x = embed(cfg.vocab_size, name="tokens")(tokens) + embed(cfg.max_len, name="positions")(positions)
-    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    return Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)(x, deterministic=deterministic)
 
 
 def check_tokens(tokens: jax.Array, config: TransformerConfig, name: str = "tokens") -> None:

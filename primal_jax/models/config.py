@@ -13,6 +13,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from primal_jax.attention.registry import ATTENTIONS
+from primal_jax.dropout import DROPOUT_IMPLS
 from primal_jax.initializers import INIT_STYLES
 from primal_jax.validation import check_choice, check_divisible, check_positive
 
@@ -73,6 +74,9 @@ class TransformerConfig:
   # Dropout on Primal heads' outputs; None = attention_dropout_rate. The release's time-series
   # PrimalCosAttention defines a dropout it never applies (0.0 reproduces it).
   primal_dropout_rate: float | None = None
+  # Dropout mask generator everywhere: "threefry" (= nn.Dropout) or "hash" (a counter hash keyed by the
+  # same PRNG key, several times cheaper on CPU; see primal_jax/dropout.py).
+  dropout_impl: str = "threefry"
   layer_norm_eps: float = 1e-5  # PyTorch default (Flax's is 1e-6)
   # "pre": x + f(LN(x)) (the release's LRA blocks); "post": LN(x + f(x)) (its time-series blocks).
   norm_position: str = "pre"
@@ -112,6 +116,7 @@ class TransformerConfig:
     check_choice(self.init_style, INIT_STYLES, "init_style")
     check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
     check_choice(self.norm_type, NORM_TYPES, "norm_type")
+    check_choice(self.dropout_impl, DROPOUT_IMPLS, "dropout_impl")
 
   @property
   def num_layers(self) -> int:
@@ -124,6 +129,7 @@ class TransformerConfig:
       num_heads=self.num_heads,
       causal=causal,
       dropout_rate=self.attention_dropout_rate,
+      dropout_impl=self.dropout_impl,
       init_style=self.init_style,
       dtype=self.dtype,
       param_dtype=self.param_dtype,

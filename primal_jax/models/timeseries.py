@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from primal_jax.dropout import Dropout
 from primal_jax.models.blocks import TransformerStack, dense
 from primal_jax.models.config import TransformerConfig, family_layers
 from primal_jax.validation import check_rank
@@ -103,11 +104,11 @@ class TimeSeriesClassifier(nn.Module):
       cfg.param_dtype,
     )  # [N, D]
     x = x + positions.astype(x.dtype)[None]
-    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    x = Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)(x, deterministic=deterministic)
     x = TransformerStack(cfg, name="encoder")(x, mask if self.mask_attention else None, deterministic)
     self.sow("intermediates", "encoder_out", x)
     x = nn.gelu(x, approximate=not cfg.exact_gelu)
-    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    x = Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)(x, deterministic=deterministic)
     x = x * mask[..., None].astype(x.dtype)  # [B, N, D], padded steps zeroed
     x = x.reshape(batch, length * cfg.dim)
     return dense(cfg, cfg.num_classes, length * cfg.dim, ("flat", "classes"), "logits")(x)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from primal_jax.attention.inputs import resolve_qkv
+from primal_jax.dropout import Dropout
 from primal_jax.initializers import linear_inits
 from primal_jax.validation import check_divisible, check_positive
 
@@ -97,6 +98,7 @@ class BaselineAttention(nn.Module):
   out_features: int | None = None
   broadcast_dropout: bool = True
   dropout_rate: float = 0.0
+  dropout_impl: str = "threefry"  # mask generator: "threefry" (nn.Dropout) | "hash" (primal_jax.dropout)
   deterministic: bool | None = None
   precision: Any = None
   kernel_init: Any = None
@@ -189,7 +191,7 @@ class BaselineAttention(nn.Module):
 
     if self.dropout_rate > 0.0:
       deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
-      heads_out = nn.Dropout(self.dropout_rate, broadcast_dims=(), name="dropout")(
+      heads_out = Dropout(self.dropout_rate, broadcast_dims=(), impl=self.dropout_impl, name="dropout")(
         heads_out, deterministic=deterministic, rng=dropout_rng
       )
     out_kernel, out_bias = linear_inits(self.init_style, features, self.kernel_init, self.bias_init)
