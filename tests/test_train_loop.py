@@ -237,3 +237,100 @@ def test_bad_flags_exit_with_a_clear_message(tmp_path, extra, message):
   assert result.returncode != 0
   assert "Flags parsing error" in result.stderr and message in result.stderr, result.stderr[-2000:]
   assert not (tmp_path / "checkpoints").exists()
+
+
+# --- test protocols (config.test_eval) and config.checkpoint_on_eval
+
+HONEST = {
+  "data.val_fraction": 0.2,
+  "best_metric": "validation/accuracy",
+  "test_eval": "best_validation",
+  "eval_every_steps": 2,
+}
+
+
+def count_eval_batches(monkeypatch) -> dict[str, int]:
+  """Counts how often each split is read for evaluation (every InputPipeline.eval_batches call)."""
+  from primal_jax.data.tasks import InputPipeline
+
+  counts: dict[str, int] = {}
+  original = InputPipeline.eval_batches
+
+  def counting(self, split):
+    counts[split] = counts.get(split, 0) + 1
+    return original(self, split)
+
+  monkeypatch.setattr(InputPipeline, "eval_batches", counting)
+  return counts
+
+
+@pytest.fixture(scope="module")
+def honest_run(data_dir, tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("honest")
+  config = smoke_config(data_dir, **HONEST)
+  with pytest.MonkeyPatch.context() as monkeypatch:
+    counts = count_eval_batches(monkeypatch)
+    summary, lines = run(config, workdir)
+  return config, workdir, summary, counts
+
+
+def test_best_validation_evaluates_test_once_on_the_best_state(honest_run):
+  config, workdir, summary, counts = honest_run
+  assert counts == {"validation": 4, "test": 1}  # evaluations at steps 2, 4, 6, 8; test once, at the end
+  history = json.loads((workdir / "eval_history.json").read_text())
+  assert [h["step"] for h in history] == [2, 4, 6, 8] and all("test/accuracy" not in h for h in history)
+  best_accuracy = max(h["validation/accuracy"] for h in history)
+  best_steps = [h["step"] for h in history if h["validation/accuracy"] == best_accuracy]
+  best_step = best_steps[-1]  # the latest on ties, as the Checkpointer's best step
+  assert summary["test_eval"] == "best_validation"
+  assert summary["test_at_best_validation"]["step"] == best_step
+  assert summary["best_validation"] == {"step": best_steps[0], "accuracy": best_accuracy}
+  tests = read_metrics(workdir, prefix="test")
+  assert len(tests) == 1 and tests[0]["step"] == best_step and tests[0]["scalars"]["count"] == 370
+  # An independent evaluation of the checkpointed best-validation params gives the same test accuracy.
+  assert Checkpointer(workdir / "checkpoints", best_metric="validation/accuracy").best_step() == best_step
+  experiment, state = load_state(config, workdir, step=best_step)
+  assert int(state.step) == best_step
+  independent = evaluate(experiment, state, "test")
+  assert independent["accuracy"] == pytest.approx(summary["test_at_best_validation"]["accuracy"], abs=1e-7)
+  assert independent["loss"] == pytest.approx(summary["test_at_best_validation"]["loss"], rel=1e-5)
+
+
+def test_best_validation_after_a_restart_restores_the_best_checkpoint(honest_run, tmp_path, monkeypatch):
+  config, _, straight, _ = honest_run
+  summary, _ = run(config, tmp_path, kill_at_step=8)  # SIGTERM at the last step: saved, test not evaluated
+  assert summary["preempted"] and "test_at_best_validation" not in summary
+  assert read_metrics(tmp_path, prefix="test") == []
+  counts = count_eval_batches(monkeypatch)
+  summary, _ = run(config, tmp_path)  # nothing left to train: the best state must come from its checkpoint
+  assert counts == {"test": 1}
+  assert summary["test_at_best_validation"] == straight["test_at_best_validation"]
+
+
+def test_checkpoint_on_eval_false_saves_no_evaluation_checkpoints(data_dir, tmp_path):
+  config = smoke_config(data_dir, checkpoint_on_eval=False, checkpoint_every_steps=100, eval_every_steps=2)
+  summary, _ = run(config, tmp_path)
+  assert [h["step"] for h in json.loads((tmp_path / "eval_history.json").read_text())] == [2, 4, 6, 8]
+  assert not (tmp_path / "checkpoints").exists() or Checkpointer(tmp_path / "checkpoints").all_steps() == []
+  assert summary["best_test"]["step"] in (2, 4, 6, 8) and summary["test_eval"] == "every_eval"
+
+
+def test_best_validation_resume_without_the_best_checkpoint_fails_early(data_dir, tmp_path):
+  config = smoke_config(data_dir, checkpoint_on_eval=False, checkpoint_every_steps=100, **HONEST)
+  summary, _ = run(config, tmp_path, kill_at_step=5)  # saves step 5 only; the best (step 2 or 4) is lost
+  assert summary["preempted"] and Checkpointer(tmp_path / "checkpoints").all_steps() == [5]
+  with pytest.raises(TrainingError, match=r"resumed at step 5, but the best validation evaluation \(step [24]\)"):
+    run(config, tmp_path)
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    ({"test_eval": "bogus"}, "test_eval must be one of every_eval, best_validation"),
+    ({"test_eval": "best_validation"}, r"needs validation and test splits \(data.val_fraction > 0\)"),
+    ({**HONEST, "best_metric": "test/accuracy"}, "set best_metric='validation/accuracy'"),
+  ],
+)
+def test_bad_test_eval_settings_are_clear_errors(data_dir, tmp_path, overrides, message):
+  with pytest.raises(ValueError, match=message):
+    run(smoke_config(data_dir, **overrides), tmp_path)

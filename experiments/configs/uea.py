@@ -121,6 +121,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.checkpoint_every_steps = 500
   config.max_to_keep = 2
   config.best_metric = "test/accuracy"  # the release's protocol; "validation/accuracy" with data.val_fraction > 0
+  config.test_eval = "every_eval"  # the release's; "best_validation": test evaluated once, on the best validation state
+  config.checkpoint_on_eval = True  # False: no checkpoint per evaluation (short sweep runs)
 
   if args["smoke"]:
     config.model.update(dim=32, hidden_dim=64, num_heads=2, low_rank=4, rank_multi=2)

@@ -7,6 +7,16 @@ Resume order (first that applies):
   2. `config.init_from`, a workdir or checkpoint directory of another run:
      its params only, with a fresh optimizer at step 0;
   3. a fresh initialisation from `config.seed`.
+
+Test protocols (`config.test_eval`):
+  "every_eval" (default, the release's): every evaluation covers every split,
+    test included, and the summary reports the best test accuracy over them.
+  "best_validation" (no test-set selection): evaluations cover only the
+    validation split (`data.val_fraction > 0`); the state at the best validation
+    accuracy (the latest on ties, as the Checkpointer's best step) is kept on
+    device and the test split is evaluated once, at the end, on it.
+`config.checkpoint_on_eval=False` skips the checkpoint every evaluation would
+write (short sweep runs); `checkpoint_every_steps` and SIGTERM still save.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.experimental import multihost_utils
@@ -38,6 +49,8 @@ from primal_jax.training.sharding import (
 )
 from primal_jax.training.state import TrainState, abstract_state, init_state, make_init_fn
 from primal_jax.training.steps import ksvd_spec, make_eval_step, make_train_step
+
+TEST_EVALS: tuple[str, ...] = ("every_eval", "best_validation")
 
 
 class TrainingError(RuntimeError):
@@ -85,6 +98,11 @@ def evaluate(experiment: Experiment, state: TrainState, split: str = "test") -> 
   return _evaluate(eval_step, state, experiment.pipeline.eval_batches(split), experiment.mesh)
 
 
+def _best_row(history: list[dict], key: str) -> dict:
+  """The evaluation with the highest `key`, the latest on ties (the Checkpointer's best-step rule)."""
+  return max(enumerate(history), key=lambda ih: (ih[1][key], ih[0]))[1]
+
+
 def _summary(history: list[dict], splits: list[str]) -> dict:
   """Final and best-over-evaluations accuracy per split (the release's protocol), and
   test accuracy at the best validation evaluation (the protocol without test selection)."""
@@ -95,9 +113,56 @@ def _summary(history: list[dict], splits: list[str]) -> dict:
     best = max(history, key=lambda h: h[f"{split}/accuracy"])
     summary[f"best_{split}"] = {"step": best["step"], "accuracy": best[f"{split}/accuracy"]}
   if "validation" in splits and "test" in splits:
-    best = max(history, key=lambda h: h["validation/accuracy"])
+    best = _best_row(history, "validation/accuracy")
     summary["test_at_best_validation"] = {"step": best["step"], "accuracy": best["test/accuracy"]}
   return summary
+
+
+def _eval_splits(config, splits: list[str]) -> tuple[str, list[str]]:
+  """(test_eval, the splits every periodic evaluation covers), checked against the data."""
+  test_eval = config.get("test_eval", "every_eval")
+  if test_eval not in TEST_EVALS:
+    raise ValueError(f"test_eval must be one of {', '.join(TEST_EVALS)}, got {test_eval!r}")
+  if test_eval == "every_eval":
+    return test_eval, splits
+  if "validation" not in splits or "test" not in splits:
+    raise ValueError(
+      f"test_eval='best_validation' needs validation and test splits (data.val_fraction > 0), got {splits}"
+    )
+  if (config.get("best_metric") or None) != "validation/accuracy":
+    raise ValueError(
+      "test_eval='best_validation' selects on validation/accuracy; set best_metric='validation/accuracy' so a "
+      f"resumed run finds that state among the checkpoints (got {config.get('best_metric')!r})"
+    )
+  return test_eval, ["validation"]
+
+
+class _BestState:
+  """A device copy of params and model_state at the best validation accuracy so far.
+
+  A copy, not a reference: the train step donates the state's buffers. On device, not on the host, so it
+  works for arrays spread over several processes. `params is None` while the best evaluation predates this
+  process (a resumed run): the state then comes from the Checkpointer's best step.
+  """
+
+  def __init__(self, history: list[dict]):
+    best = _best_row(history, "validation/accuracy") if history else None
+    self.step = best["step"] if best else None
+    self.accuracy = best["validation/accuracy"] if best else -math.inf
+    self.params = self.model_state = None
+    self._copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+
+  def update(self, row: dict, state: TrainState) -> None:
+    if row["validation/accuracy"] >= self.accuracy:
+      self.step, self.accuracy = row["step"], row["validation/accuracy"]
+      self.params, self.model_state = self._copy((state.params, state.model_state))
+
+  def state(self, state: TrainState, ckpt: Checkpointer, abstract: TrainState) -> TrainState:
+    """`state` carrying the best params and model_state."""
+    if self.params is None:  # checked at the resume: the Checkpointer's best step is this one
+      restored, _ = ckpt.restore(abstract, step=self.step)
+      self.params, self.model_state = restored.params, restored.model_state
+    return state.replace(params=self.params, model_state=self.model_state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +230,8 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
   exp = build_experiment(config)
   mesh, pipeline, built, tx, schedule = exp.mesh, exp.pipeline, exp.built, exp.tx, exp.schedule
   total_steps, abstract, shardings = exp.total_steps, exp.abstract, exp.shardings
-  eval_splits = [s for s in pipeline.info.split_sizes if s != "train"]
+  test_eval, eval_splits = _eval_splits(config, [s for s in pipeline.info.split_sizes if s != "train"])
+  checkpoint_on_eval = config.get("checkpoint_on_eval", True)
   steps_per_epoch = pipeline.steps_per_epoch
   spec = ksvd_spec(config.ksvd.spec)
 
@@ -202,6 +268,12 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
   history_path = workdir / "eval_history.json"
   if start and history_path.exists():
     history = [h for h in json.loads(history_path.read_text()) if h["step"] <= start]
+  best = _BestState(history) if test_eval == "best_validation" else None
+  if best is not None and best.step is not None and ckpt.best_step() != best.step:
+    raise TrainingError(  # fail now, not after training: the test split must see the best state
+      f"resumed at step {start}, but the best validation evaluation (step {best.step}) was not checkpointed "
+      f"(best checkpoint: {ckpt.best_step()}; checkpoint_on_eval=False?); rerun in an empty workdir"
+    )
 
   def run_eval(step: int) -> dict:
     row = {"step": step}
@@ -210,6 +282,8 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
       writer.write(step, metrics, prefix=split)
       row.update({f"{split}/{k}": v for k, v in metrics.items() if k != "count"})
     history.append(row)
+    if best is not None:
+      best.update(row, state)
     if primary:
       history_path.write_text(json.dumps(history, indent=1))
     return row
@@ -247,7 +321,8 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
             f"  eval at step {step} (epoch {step / steps_per_epoch:g}): "
             + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
           )
-        if metrics is not None or step % config.checkpoint_every_steps == 0 or guard.requested:
+        on_eval = metrics is not None and checkpoint_on_eval
+        if on_eval or step % config.checkpoint_every_steps == 0 or guard.requested:
           ckpt.save(step, state, metrics=metrics, force=True)
         if guard.requested:
           preempted = True
@@ -257,9 +332,14 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
           break
       epoch, offset = epoch + 1, 0
   ckpt.wait_until_finished()
-  ckpt.close()
-
   summary = {**_summary(history, eval_splits), "steps": step, "preempted": preempted, "num_params": num_params}
+  if best is not None and best.step is not None and not preempted:
+    test = _evaluate(eval_step, best.state(state, ckpt, abstract), pipeline.eval_batches("test"), mesh)
+    writer.write(best.step, test, prefix="test")
+    summary["test_at_best_validation"] = {"step": best.step, "accuracy": test["accuracy"], "loss": test["loss"]}
+    log(f"  test at the best validation evaluation (step {best.step}): accuracy {test['accuracy']:.4f}")
+  ckpt.close()
+  summary["test_eval"] = test_eval
   if primary:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
     rows = [
