@@ -40,3 +40,7 @@ def run(argv: list[str] | None = None) -> None:
     sys.stderr.write(f"FATAL Flags parsing error: {message}\nPass --helpshort or --helpfull to see help on flags.\n")
     sys.exit(2)
   app.run(main, argv=argv, flags_parser=lambda _: remaining)  # parsed once: overrides define flags
+
+
+if __name__ == "__main__":  # `python -m primal_jax.training.cli`: the sweep runner's child processes
+  run()

@@ -44,18 +44,24 @@ def parse_config_arg(arg: str | None, defaults: Mapping[str, Any]) -> dict[str, 
   return out
 
 
+def load_module(path: str | Path, kind: str = "config"):
+  """The Python file at `path` as a fresh module object (not added to `sys.modules`)."""
+  path = Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"{kind} file {path} does not exist")
+  module_spec = importlib.util.spec_from_file_location(f"_primal_jax_{kind}_{path.stem}", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module
+
+
 def load_config(spec: str | Path, *, lock: bool = True):
   """The ConfigDict of `path/to/config.py[:arg]`, exactly as `--config=` would load it.
 
   For tests, notebooks and sweep runners that build configs without absl flags.
   """
   path, _, arg = str(spec).partition(":")
-  path = Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f"config file {path} does not exist")
-  module_spec = importlib.util.spec_from_file_location(f"_primal_jax_config_{path.stem}", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  module = load_module(path)
   if not hasattr(module, "get_config"):
     raise ValueError(f"config file {path} defines no get_config(arg)")
   config = module.get_config(arg or None)

@@ -1,0 +1,61 @@
+"""Run a grid of training runs and aggregate them: the binary behind `experiments/sweeps/*.py`.
+
+  python -m experiments.sweep --sweep=experiments/sweeps/uea.py --workdir=/tmp/uea_sweep
+
+Finished runs are skipped (a second invocation only rewrites the tables); a killed sweep, started again,
+redoes only the run it was in. The work is in `primal_jax.training.sweep`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def run(argv: list[str] | None = None) -> None:
+  from absl import app, flags, logging
+
+  sweep_flag = flags.DEFINE_string("sweep", None, "Sweep file with optional ':arg', e.g. experiments/sweeps/uea.py")
+  workdir_flag = flags.DEFINE_string("workdir", None, "Sweep directory: runs/<hash>/, results.md, results.csv.")
+  mode_flag = flags.DEFINE_enum(
+    "mode", "inline", ["inline", "subprocess", "aggregate"],
+    "inline: every run in this process (compiled programs shared through the persistent cache); subprocess: one "
+    "process per run; aggregate: run nothing, rewrite the tables from the finished runs.",
+  )  # fmt: skip
+  only_flag = flags.DEFINE_list("only", [], "Run only the runs of these tables (all tables are aggregated).")
+  echo_flag = flags.DEFINE_bool("echo", False, "Print every run's output (always in runs/<hash>/train.log).")
+  flags.mark_flags_as_required(["sweep", "workdir"])
+
+  def main(args: list[str]) -> None:
+    if len(args) > 1:
+      raise app.UsageError(f"unexpected positional arguments: {args[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+      logging.set_verbosity(logging.WARNING)
+    import jax
+
+    from primal_jax.training.sweep import load_sweep, run_sweep
+
+    if mode_flag.value == "inline":  # a process setting, so set here and not by the library
+      jax.config.update("jax_compilation_cache_dir", f"{workdir_flag.value}/jax_cache")
+      jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    start = time.monotonic()
+    sweep = load_sweep(sweep_flag.value)
+    report = run_sweep(
+      sweep, workdir_flag.value, mode=mode_flag.value, only=only_flag.value or None, echo=echo_flag.value
+    )
+    print(
+      f"{len(report['ran'])} run(s) trained, {len(report['skipped'])} already finished, "
+      f"{len(report['failed'])} failed, in {time.monotonic() - start:.0f}s; tables in {workdir_flag.value}/results.md"
+    )
+    for key, error in report["failed"].items():
+      print(f"FAILED {key}: {error}", file=sys.stderr)
+    if report["preempted"]:
+      sys.exit(143)
+    if report["failed"]:
+      sys.exit(1)
+
+  app.run(main, argv=list(sys.argv if argv is None else argv))
+
+
+if __name__ == "__main__":
+  run()

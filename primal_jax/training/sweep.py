@@ -1,0 +1,487 @@
+"""Grids of training runs: plan them, run the unfinished ones, aggregate over seeds.
+
+A sweep file (`experiments/sweeps/uea.py`) defines `get_sweep(arg) -> Sweep`: a list of `Run`s, each a
+config file with its `:arg`, overrides, a seed, a protocol and the table `Cell` it reports to. Every run's
+fully resolved config is hashed (`config_hash`), so the same run listed in several tables (Table 1's
+PrimalFormer is also a Table 6 cell) is trained once and reported in each.
+
+Layout of a sweep directory:
+  runs/<hash>/               the run's workdir (config.json, metrics.jsonl, summary.json, train.log, ...)
+  runs/<hash>/result.json    written atomically when the run has finished; its presence means "done"
+  results.md, results.csv    the aggregated tables; plots from `Sweep.plot`
+  jax_cache/                 JAX's persistent compilation cache (runs of equal shapes compile once)
+  sweep.lock                 held while a sweep runs here, so two sweeps never share a run
+
+Why this survives a kill: nothing but `result.json` marks a run as done, so a killed sweep, started again,
+skips every finished run and redoes only the one in progress. That run resumes from its latest checkpoint
+when its config checkpoints every evaluation (`checkpoint_on_eval`), otherwise it restarts from scratch in
+an emptied workdir (its best-validation state, needed for the honest protocol, was never saved).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import fcntl
+import hashlib
+import io
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from primal_jax.training.config_args import load_config, load_module
+
+# Overrides per protocol. "release": the release's (test evaluated at every epoch, the best reported).
+# "honest": model selected on a stratified 20% of train, test evaluated once on that state.
+PROTOCOLS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
+  {
+    "release": types.MappingProxyType({"test_eval": "every_eval"}),
+    "honest": types.MappingProxyType(
+      {"data.val_fraction": 0.2, "best_metric": "validation/accuracy", "test_eval": "best_validation"}
+    ),
+  }
+)
+# The summary entry holding each protocol's test accuracy.
+PROTOCOL_METRIC: Mapping[str, str] = types.MappingProxyType(
+  {"release": "best_test", "honest": "test_at_best_validation"}
+)
+PROTOCOL_TITLE: Mapping[str, str] = types.MappingProxyType(
+  {"release": "release: best test over epochs", "honest": "honest: test at best validation"}
+)
+RESULT_FILE = "result.json"
+CHILD_MODULE = "primal_jax.training.cli"  # what `python -m experiments.main` runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One row of a results table: `labels` are its (column, value) pairs, `paper` the paper's accuracy (%)."""
+
+  table: str
+  labels: tuple[tuple[str, str], ...]
+  paper: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run of a sweep. `overrides`: a mapping (or pairs) of dotted config keys to values, applied last."""
+
+  config: str  # "path/to/config.py[:arg]"
+  cell: Cell
+  seed: int = 0
+  protocol: str = "release"
+  overrides: tuple[tuple[str, Any], ...] = ()
+
+  def __post_init__(self):
+    if self.protocol not in PROTOCOLS:
+      raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+    if isinstance(self.overrides, Mapping):
+      object.__setattr__(self, "overrides", tuple(self.overrides.items()))
+
+  def all_overrides(self, config) -> dict[str, Any]:
+    """Protocol, seeds (`seed` and, where the config has one, `data.seed`) and the run's own overrides."""
+    seeds = {"seed": self.seed, **({"data.seed": self.seed} if "seed" in config.get("data", {}) else {})}
+    return {**PROTOCOLS[self.protocol], **seeds, **dict(self.overrides)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+  """A sweep file's grid. `titles`: table name -> heading; `plot(rows, out_dir)` -> written paths."""
+
+  runs: tuple[Run, ...]
+  titles: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  plot: Callable[[list[Row], Path], list[Path]] | None = None
+  notes: str = ""
+
+
+@dataclasses.dataclass
+class PlannedRun:
+  """A distinct config of the sweep and every `Run` (table cell) that it stands for."""
+
+  key: str
+  config: Any  # locked ConfigDict
+  overrides: dict[str, Any]
+  runs: list[Run]
+
+  def flags(self, workdir: str | Path) -> list[str]:
+    """The flags of `python -m experiments.main` that train this run in `workdir`."""
+    flags = [f"--config={self.runs[0].config}", f"--workdir={workdir}"]
+    return flags + [f"--config.{k}={_flag_value(v)}" for k, v in self.overrides.items()]
+
+  @property
+  def command(self) -> str:
+    """The equivalent single-run command line, for results and READMEs."""
+    return "python -m experiments.main " + shlex.join(self.flags("WORKDIR"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One table row under one protocol: test accuracies (%) of its finished seeds."""
+
+  cell: Cell
+  protocol: str
+  accuracies: tuple[float, ...]
+  planned: int
+  wall_seconds: tuple[float, ...]
+
+  @property
+  def n(self) -> int:
+    return len(self.accuracies)
+
+  @property
+  def mean(self) -> float:
+    return float(np.mean(self.accuracies)) if self.accuracies else math.nan
+
+  @property
+  def std(self) -> float:
+    """Sample standard deviation (ddof=1) over seeds; nan below two seeds."""
+    return float(np.std(self.accuracies, ddof=1)) if self.n > 1 else math.nan
+
+
+def load_sweep(spec: str | Path) -> Sweep:
+  """The Sweep of `path/to/sweep.py[:arg]`."""
+  path, _, arg = str(spec).partition(":")
+  module = load_module(path, kind="sweep")
+  if not hasattr(module, "get_sweep"):
+    raise ValueError(f"sweep file {path} defines no get_sweep(arg)")
+  return module.get_sweep(arg or None)
+
+
+def config_hash(config) -> str:
+  """sha256 prefix of the config's canonical JSON (sorted keys, tuples as lists), so a config and its
+  `config.json` round trip hash alike; equal iff every setting is equal."""
+  tree = config.to_dict() if hasattr(config, "to_dict") else config
+  canonical = json.dumps(tree, sort_keys=True, separators=(",", ":"), default=str)
+  return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _set(config, key: str, value) -> None:
+  *parents, leaf = key.split(".")
+  target = config
+  for part in parents:
+    if part not in target:
+      raise KeyError(f"override {key!r}: the config has no field {part!r}")
+    target = target[part]
+  if leaf not in target:
+    raise KeyError(f"override {key!r}: the config has no field {leaf!r}")
+  target[leaf] = value
+
+
+def resolve(run: Run):
+  """The locked ConfigDict of `run`: its config file, then protocol, seeds and overrides."""
+  config = load_config(run.config, lock=False)
+  for key, value in run.all_overrides(config).items():
+    _set(config, key, value)
+  config.lock()
+  return config
+
+
+def plan(runs: Iterable[Run]) -> dict[str, PlannedRun]:
+  """Distinct configs by hash, in first-listed order; a run listed in several tables appears once."""
+  planned: dict[str, PlannedRun] = {}
+  for run in runs:
+    config = resolve(run)
+    key = config_hash(config)
+    if key not in planned:
+      planned[key] = PlannedRun(key, config, run.all_overrides(config), [run])
+      continue
+    first = planned[key].runs[0]
+    if first.protocol != run.protocol:
+      raise ValueError(f"{run.cell} ({run.protocol}) and {first.cell} ({first.protocol}) resolve to the same config")
+    planned[key].runs.append(run)
+  return planned
+
+
+def _select(planned: Mapping[str, PlannedRun], only: Sequence[str] | None) -> list[PlannedRun]:
+  if not only:
+    return list(planned.values())
+  tables = {run.cell.table for p in planned.values() for run in p.runs}
+  unknown = sorted(set(only) - tables)
+  if unknown:
+    raise ValueError(f"unknown table(s) {unknown}; this sweep has {sorted(tables)}")
+  return [p for p in planned.values() if any(run.cell.table in only for run in p.runs)]
+
+
+def _flag_value(value) -> str:
+  return str(value) if not isinstance(value, bool) else str(value).lower()
+
+
+def _write_json(path: Path, obj) -> None:
+  """Atomic: a reader sees the old file, or none, or the whole new one."""
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+  os.replace(tmp, path)
+
+
+def read_result(run_dir: Path) -> dict | None:
+  path = Path(run_dir) / RESULT_FILE
+  return json.loads(path.read_text()) if path.exists() else None
+
+
+def _prepare_run_dir(run_dir: Path, config, log) -> None:
+  """An unfinished run without per-evaluation checkpoints restarts in an empty workdir (see module doc)."""
+  if run_dir.exists() and not config.get("checkpoint_on_eval", True):
+    log(f"  {run_dir.name}: unfinished and not resumable (checkpoint_on_eval=False); restarting from scratch")
+    shutil.rmtree(run_dir)
+  run_dir.mkdir(parents=True, exist_ok=True)
+
+
+# On Linux the child first asks for a SIGTERM when the sweep process dies (prctl PR_SET_PDEATHSIG = 1),
+# so killing the sweep never leaves an orphan training in a run directory that a restarted sweep reuses:
+# the SIGTERM makes it save and exit. Done after exec, in the child, because a `preexec_fn` would run
+# Python between fork and exec of a multithreaded (JAX) process.
+_CHILD_CODE = (
+  "import ctypes, runpy, signal; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+  f"runpy.run_module({CHILD_MODULE!r}, run_name='__main__', alter_sys=True)"
+)
+
+
+def _follow(path: Path, offset: int, proc: subprocess.Popen, log) -> None:
+  """Passes the complete lines appended to `path` after `offset` to `log` until `proc` exits."""
+  with open(path, errors="replace") as f:
+    f.seek(offset)
+    pending = ""
+    while True:
+      exited = proc.poll() is not None
+      pending += f.read()
+      *lines, pending = pending.split("\n")
+      for line in lines:
+        log(f"  | {line}")
+      if exited:
+        break
+      time.sleep(0.1)
+    if pending:
+      log(f"  | {pending}")
+
+
+def _run_subprocess(planned: PlannedRun, run_dir: Path, cache_dir: Path | None, log, echo: bool) -> dict:
+  """Train in `python -m primal_jax.training.cli` (what experiments.main runs).
+
+  The child writes straight to `train.log` (not through a pipe), so it can still save and exit cleanly
+  when the sweep process dies; `echo` follows that file.
+  """
+  start = ["-c", _CHILD_CODE] if sys.platform.startswith("linux") else ["-m", CHILD_MODULE]
+  command = [sys.executable, *start, *planned.flags(run_dir)]
+  env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+  if cache_dir is not None:
+    env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+  log_path = run_dir / "train.log"
+  with open(log_path, "ab") as out:
+    offset = out.tell()
+    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+  log(f"  {planned.key}: pid {proc.pid}")
+  if echo:
+    _follow(log_path, offset, proc, log)
+  code = proc.wait()
+  if code == 143:
+    return {"preempted": True}
+  if code != 0:
+    raise RuntimeError(f"exit status {code}; see {run_dir / 'train.log'}")
+  saved = json.loads((run_dir / "config.json").read_text())
+  if config_hash(saved) != planned.key:  # an override that did not survive the flag round trip
+    raise RuntimeError(f"the child's config.json hashes to {config_hash(saved)}, not {planned.key}")
+  return json.loads((run_dir / "summary.json").read_text())
+
+
+def _run_inline(planned: PlannedRun, run_dir: Path, log, echo: bool) -> dict:
+  from primal_jax.training.loop import train_and_evaluate
+
+  with open(run_dir / "train.log", "a") as logfile:
+
+    def print_fn(line: str) -> None:
+      logfile.write(line + "\n")
+      logfile.flush()
+      if echo:
+        log(f"  | {line}")
+
+    return train_and_evaluate(planned.config, run_dir, print_fn=print_fn)
+
+
+def run_sweep(
+  sweep: Sweep,
+  workdir: str | Path,
+  *,
+  mode: str = "inline",
+  only: Sequence[str] | None = None,
+  compilation_cache: bool = True,
+  echo: bool = False,
+  print_fn: Callable[[str], None] = print,
+) -> dict:
+  """Runs every unfinished run of `sweep` (of the tables in `only`), then aggregates.
+
+  Args:
+    mode: "inline" (sequentially in this process) or "subprocess" (one process per run);
+      "aggregate" runs nothing and only rewrites the tables.
+    compilation_cache: subprocess mode points the children's JAX persistent compilation cache at
+      `<workdir>/jax_cache` (inline mode: the caller sets `jax_compilation_cache_dir`, a process setting).
+    echo: pass every line of every run's output to `print_fn` (always in `runs/<hash>/train.log`).
+
+  Returns:
+    {"ran": [keys], "skipped": [keys], "failed": {key: error}, "preempted": bool, "rows": [Row]}.
+    A failed run is reported and the sweep goes on; a SIGTERM stops it after saving the run in progress.
+  """
+  if mode not in ("inline", "subprocess", "aggregate"):
+    raise ValueError(f"mode must be inline, subprocess or aggregate, got {mode!r}")
+  workdir = Path(workdir)
+  (workdir / "runs").mkdir(parents=True, exist_ok=True)
+  planned_runs = plan(sweep.runs)
+  todo = _select(planned_runs, only)
+  report = {"ran": [], "skipped": [], "failed": {}, "preempted": False}
+  with open(workdir / "sweep.lock", "w") as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as err:
+      raise RuntimeError(f"another sweep is running in {workdir} (it holds {workdir / 'sweep.lock'})") from err
+    for i, planned in enumerate(todo if mode != "aggregate" else []):
+      run_dir = workdir / "runs" / planned.key
+      if (run_dir / RESULT_FILE).exists():
+        report["skipped"].append(planned.key)
+        continue
+      labels = "; ".join(f"{r.cell.table} {dict(r.cell.labels)} seed {r.seed} {r.protocol}" for r in planned.runs)
+      print_fn(f"run {i + 1}/{len(todo)} {planned.key}: {labels}")
+      _prepare_run_dir(run_dir, planned.config, print_fn)
+      start = time.monotonic()
+      try:
+        if mode == "inline":
+          summary = _run_inline(planned, run_dir, print_fn, echo)
+        else:
+          cache = workdir / "jax_cache" if compilation_cache else None
+          summary = _run_subprocess(planned, run_dir, cache, print_fn, echo)
+      except Exception as err:  # one broken run must not cost the rest of the grid
+        report["failed"][planned.key] = f"{type(err).__name__}: {err}"
+        print_fn(f"  {planned.key} FAILED: {type(err).__name__}: {err}")
+        continue
+      if summary.get("preempted"):
+        report["preempted"] = True
+        print_fn(f"  {planned.key}: terminated; rerun the sweep to continue")
+        break
+      wall = time.monotonic() - start
+      _write_json(
+        run_dir / RESULT_FILE,
+        {
+          "key": planned.key,
+          "wall_seconds": wall,
+          "mode": mode,
+          "command": planned.command,
+          "runs": [{"cell": dataclasses.asdict(r.cell), "seed": r.seed, "protocol": r.protocol} for r in planned.runs],
+          "summary": summary,
+          "config": planned.config.to_dict(),
+        },
+      )
+      report["ran"].append(planned.key)
+      print_fn(f"  done in {wall:.0f}s: " + _result_line(planned, summary))
+  report["rows"] = write_results(sweep, workdir, planned_runs)
+  return report
+
+
+def _result_line(planned: PlannedRun, summary: dict) -> str:
+  metric = PROTOCOL_METRIC[planned.runs[0].protocol]
+  return f"{metric} {100 * summary[metric]['accuracy']:.1f}%" if metric in summary else "no test accuracy"
+
+
+# --- aggregation
+
+
+def aggregate(planned: Mapping[str, PlannedRun], workdir: str | Path) -> list[Row]:
+  """One Row per (table cell, protocol), in the order the sweep lists them, from the finished runs."""
+  keys: dict[tuple[Cell, str], list[str]] = {}
+  for key, p in planned.items():
+    for run in p.runs:
+      group = keys.setdefault((run.cell, run.protocol), [])
+      if key not in group:
+        group.append(key)
+  rows = []
+  for (cell, protocol), group in keys.items():
+    results = [r for r in (read_result(Path(workdir) / "runs" / key) for key in group) if r is not None]
+    metric = PROTOCOL_METRIC[protocol]
+    rows.append(
+      Row(
+        cell,
+        protocol,
+        tuple(100.0 * r["summary"][metric]["accuracy"] for r in results),
+        planned=len(group),
+        wall_seconds=tuple(r["wall_seconds"] for r in results),
+      )
+    )
+  return rows
+
+
+def _fmt(row: Row | None) -> str:
+  if row is None or not row.n:
+    return "-"
+  return f"{row.mean:.1f}" if row.n < 2 else f"{row.mean:.1f} ± {row.std:.1f}"
+
+
+def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) -> str:
+  """One Markdown table per sweep table: labels, the paper's number, each protocol's mean ± std and n."""
+  by_cell: dict[Cell, dict[str, Row]] = {}
+  for row in rows:
+    by_cell.setdefault(row.cell, {})[row.protocol] = row
+  protocols = [p for p in PROTOCOLS if any(row.protocol == p for row in rows)]
+  out = []
+  for table in dict.fromkeys(cell.table for cell in by_cell):
+    cells = [cell for cell in by_cell if cell.table == table]
+    columns = list(dict.fromkeys(k for cell in cells for k, _ in cell.labels))
+    header = [*columns, "paper"] + [h for p in protocols for h in (PROTOCOL_TITLE[p], "n")]
+    out += [f"### {sweep.titles.get(table, table)}", "", "| " + " | ".join(header) + " |"]
+    out.append("|" + "|".join("---" if i < len(columns) else "---:" for i in range(len(header))) + "|")
+    for cell in cells:
+      labels = dict(cell.labels)
+      values = [labels.get(c, "") for c in columns] + ["-" if cell.paper is None else f"{cell.paper:.1f}"]
+      for p in protocols:
+        row = by_cell[cell].get(p)
+        values += [_fmt(row), f"{row.n}/{row.planned}" if row else "-"]
+      out.append("| " + " | ".join(values) + " |")
+    out.append("")
+  if walls:
+    out.append(
+      f"{len(walls)} distinct runs finished; wall time {sum(walls) / 3600:.2f} h in all, {np.mean(walls):.0f} s "
+      f"per run (min {min(walls):.0f} s, max {max(walls):.0f} s), each run's from start to result (compilation, "
+      "data loading and, in subprocess mode, process start included)."
+    )
+  out.append(
+    "Accuracy (%) on the test split, mean ± sample std (ddof=1) over seeds; n = finished/planned seeds. "
+    + " ".join(f"{PROTOCOL_TITLE[p]}: summary `{PROTOCOL_METRIC[p]}`." for p in protocols)
+  )
+  if sweep.notes:
+    out += ["", sweep.notes]
+  return "\n".join(out) + "\n"
+
+
+def results_csv(rows: Sequence[Row]) -> str:
+  columns = list(dict.fromkeys(k for row in rows for k, _ in row.cell.labels))
+  buffer = io.StringIO()
+  writer = csv.writer(buffer, lineterminator="\n")
+  writer.writerow(["table", *columns, "protocol", "n", "planned", "mean", "std", "paper", "accuracies", "mean_wall_s"])
+  for row in rows:
+    labels = dict(row.cell.labels)
+    writer.writerow(
+      [row.cell.table, *(labels.get(c, "") for c in columns), row.protocol, row.n, row.planned]
+      + [f"{row.mean:.4f}" if row.n else "", f"{row.std:.4f}" if row.n > 1 else ""]
+      + ["" if row.cell.paper is None else row.cell.paper, ";".join(f"{a:.4f}" for a in row.accuracies)]
+      + [f"{np.mean(row.wall_seconds):.1f}" if row.n else ""]
+    )
+  return buffer.getvalue()
+
+
+def write_results(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRun] | None = None) -> list[Row]:
+  """results.md, results.csv and the sweep's plots in `workdir`; returns the rows."""
+  workdir = Path(workdir)
+  planned = plan(sweep.runs) if planned is None else planned
+  rows = aggregate(planned, workdir)
+  results = [r for r in (read_result(workdir / "runs" / key) for key in planned) if r is not None]
+  (workdir / "results.md").write_text(results_markdown(sweep, rows, [r["wall_seconds"] for r in results]))
+  (workdir / "results.csv").write_text(results_csv(rows))
+  if sweep.plot is not None:
+    sweep.plot(rows, workdir)
+  return rows

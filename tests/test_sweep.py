@@ -1,0 +1,282 @@
+"""The sweep runner (primal_jax.training.sweep) and the UEA sweep file: planning, hashing, caching,
+resume after a killed run, and aggregation checked against numpy on hand-written results."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from primal_jax.training.config_args import load_config
+from primal_jax.training.sweep import (
+  RESULT_FILE,
+  Cell,
+  Run,
+  Sweep,
+  config_hash,
+  load_sweep,
+  plan,
+  resolve,
+  run_sweep,
+  write_results,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "experiments" / "configs" / "uea.py"
+UEA_SWEEP = ROOT / "experiments" / "sweeps" / "uea.py"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  """One prepared TFDS copy of JapaneseVowels for the module (skips if the aeon wheel is unreachable)."""
+  from primal_jax.data.aeon_wheel import DatasetFetchError
+  from primal_jax.data.uea_tfds import prepare_uea
+
+  path = tmp_path_factory.mktemp("tfds")
+  try:
+    prepare_uea("JapaneseVowels", "aeon", path)
+  except DatasetFetchError as err:
+    pytest.skip(f"JapaneseVowels unavailable: {err}")
+  return str(path)
+
+
+# --- hashing and planning
+
+
+def test_config_hash_is_canonical_json_sha256():
+  assert config_hash({"b": [1, 2], "a": 0.5}) == hashlib.sha256(b'{"a":0.5,"b":[1,2]}').hexdigest()[:16]
+  assert config_hash({"a": 0.5, "b": (1, 2)}) == config_hash({"b": [1, 2], "a": 0.5})  # tuples, key order
+  one, again = load_config(f"{CONFIG}"), load_config(f"{CONFIG}:dataset=JapaneseVowels,family=primalformer")
+  assert config_hash(one) == config_hash(again) == config_hash(json.loads(json.dumps(one.to_dict())))
+  other = load_config(f"{CONFIG}", lock=False)
+  other.ksvd.eta = 0.2
+  assert config_hash(other) != config_hash(one)
+
+
+def test_resolve_applies_protocol_seed_and_overrides():
+  cell = Cell("t", (("model", "x"),))
+  release = resolve(Run(f"{CONFIG}:smoke", cell, seed=2, overrides={"ksvd.eta": 0.1}))
+  assert (release.seed, release.data.seed, release.ksvd.eta, release.test_eval) == (2, 2, 0.1, "every_eval")
+  assert release.data.val_fraction == 0.0 and release.best_metric == "test/accuracy"
+  honest = resolve(Run(f"{CONFIG}:smoke", cell, seed=2, protocol="honest"))
+  assert (honest.data.val_fraction, honest.best_metric, honest.test_eval) == (
+    0.2,
+    "validation/accuracy",
+    "best_validation",
+  )
+  with pytest.raises(KeyError, match="no field 'etta'"):
+    resolve(Run(f"{CONFIG}:smoke", cell, overrides={"ksvd.etta": 0.1}))
+  with pytest.raises(ValueError, match="protocol must be one of release, honest"):
+    Run(f"{CONFIG}", cell, protocol="sloppy")
+
+
+def test_uea_sweep_plan():
+  sweep = load_sweep(UEA_SWEEP)
+  planned = plan(sweep.runs)
+  # (3 Table 1 + 12 Table 6 + 2 Table 8 + 3 BasicMotions) rows x 3 seeds x 2 protocols; 2 rows are duplicates.
+  assert len(sweep.runs) == 20 * 3 * 2 and len(planned) == 18 * 3 * 2
+  shared = [p for p in planned.values() if len(p.runs) > 1]
+  assert len(shared) == 2 * 3 * 2
+  pairs = {tuple(sorted((r.cell.table, dict(r.cell.labels).get("model", "")) for r in p.runs)) for p in shared}
+  assert pairs == {
+    (("table1", "PrimalFormer"), ("table6", "")),  # Table 6's (s=40, eta=0.5) cell
+    (("table1", "Primal.+Trans."), ("table8", "Primal.+Trans.")),  # Table 8's data-dependent row
+  }
+  for p in shared:
+    assert len({(r.seed, r.protocol) for r in p.runs}) == 1
+  configs = [p.config for p in planned.values()]
+  assert {c.num_epochs for c in configs} == {20} and not any(c.checkpoint_on_eval for c in configs)
+  assert {(c.seed, c.data.seed) for c in configs} == {(0, 0), (1, 1), (2, 2)}
+  honest = [c for c in configs if c.test_eval == "best_validation"]
+  assert len(honest) == len(configs) // 2 and {c.data.val_fraction for c in honest} == {0.2}
+  cells = {(r.cell.table, r.cell.labels): r.cell.paper for r in sweep.runs}
+  assert cells[("table1", (("dataset", "JapaneseVowels"), ("model", "Trans.")))] == 98.7
+  assert cells[("table1", (("dataset", "JapaneseVowels"), ("model", "PrimalFormer")))] == 98.4
+  assert cells[("table1", (("dataset", "JapaneseVowels"), ("model", "Primal.+Trans.")))] == 98.9
+  assert cells[("table6", (("s", "30"), ("eta", "0.1")))] == 97.6
+  assert cells[("table8", (("model", "Primal.+Trans."), ("data-dependent", "no")))] == 99.2
+  assert sum(1 for table, _ in cells if table == "table6") == 12
+  table6 = [p.config for p in planned.values() if any(r.cell.table == "table6" for r in p.runs)]
+  assert {(c.model.low_rank, c.ksvd.eta) for c in table6} == {(s, e) for s in (20, 30, 40) for e in (0, 0.1, 0.2, 0.5)}
+  table8 = [p.config for p in planned.values() if any(r.cell.table == "table8" for r in p.runs)]
+  assert {(c.model.family, c.model.data_dependent) for c in table8} == {("primal_plus", True), ("primal_plus", False)}
+
+  release = load_sweep(f"{UEA_SWEEP}:epochs=100,seeds=1")
+  assert len(release.runs) == 40 and {resolve(r).num_epochs for r in release.runs} == {100}
+  smoke = plan(load_sweep(f"{UEA_SWEEP}:smoke,seeds=1,data_dir=/data").runs)
+  assert all(p.config.total_steps == 3 and p.config.model.dim == 32 for p in smoke.values())
+  assert {p.config.data.data_dir for p in smoke.values()} == {"/data"}
+
+
+# --- aggregation against numpy, on hand-written result.json files
+
+
+def fake_result(planned_run, accuracy: float, wall: float) -> dict:
+  metric = "best_test" if planned_run.runs[0].protocol == "release" else "test_at_best_validation"
+  return {"key": planned_run.key, "wall_seconds": wall, "summary": {metric: {"step": 1, "accuracy": accuracy}}}
+
+
+def test_aggregation_matches_numpy(tmp_path):
+  sweep = load_sweep(f"{UEA_SWEEP}:smoke")
+  planned = plan(sweep.runs)
+  rng = np.random.default_rng(0)
+  truth, walls = {}, []
+  for p in planned.values():
+    if p.runs[0].cell.table == "basicmotions" and p.runs[0].seed == 2:
+      continue  # unfinished: n = 2/3 for these rows
+    accuracy, wall = float(rng.uniform(0.9, 1.0)), float(rng.uniform(10, 100))
+    walls.append(wall)
+    (tmp_path / "runs" / p.key).mkdir(parents=True)
+    (tmp_path / "runs" / p.key / RESULT_FILE).write_text(json.dumps(fake_result(p, accuracy, wall)))
+    for r in p.runs:
+      truth.setdefault((r.cell, r.protocol), []).append(100 * accuracy)
+  rows = write_results(sweep, tmp_path)
+  assert len(rows) == 20 * 2
+  for row in rows:
+    values = truth[(row.cell, row.protocol)]
+    assert row.n == len(values) and row.planned == 3
+    assert row.mean == pytest.approx(np.mean(values)) and row.std == pytest.approx(np.std(values, ddof=1))
+
+  table = list(csv.DictReader(io.StringIO((tmp_path / "results.csv").read_text())))
+  assert len(table) == len(rows)
+  for line, row in zip(table, rows, strict=True):
+    assert (line["table"], line["protocol"], int(line["n"])) == (row.cell.table, row.protocol, row.n)
+    assert float(line["mean"]) == pytest.approx(row.mean, abs=1e-4) and float(line["std"]) == pytest.approx(
+      row.std, abs=1e-4
+    )
+    assert line["paper"] == ("" if row.cell.paper is None else str(row.cell.paper))
+
+  markdown = (tmp_path / "results.md").read_text()
+  jv = next(r for r in rows if r.cell.table == "table1" and r.protocol == "honest" and "Trans." in r.cell.labels[1])
+  assert "| JapaneseVowels | Trans. | 98.7 | " in markdown
+  assert f"{jv.mean:.1f} ± {jv.std:.1f} | 3/3 |" in markdown
+  bm = next(r for r in rows if r.cell.table == "basicmotions" and r.protocol == "release")
+  assert f"| BasicMotions | Trans. | - | {bm.mean:.1f} ± {bm.std:.1f} | 2/3 |" in markdown
+  assert f"{len(walls)} distinct runs finished; wall time {sum(walls) / 3600:.2f} h in all" in markdown
+  for heading in ("Table 1, JapaneseVowels", "Table 6", "Table 8", "BasicMotions"):
+    assert f"### {heading}" in markdown
+  png = tmp_path / "uea_japanese_vowels_eta_s.png"
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_std_needs_two_seeds(tmp_path):
+  cell = Cell("t", (("model", "x"),), paper=50.0)
+  sweep = Sweep((Run(f"{CONFIG}:smoke", cell, seed=0), Run(f"{CONFIG}:smoke", cell, seed=1)))
+  first = next(iter(plan(sweep.runs).values()))
+  (tmp_path / "runs" / first.key).mkdir(parents=True)
+  (tmp_path / "runs" / first.key / RESULT_FILE).write_text(json.dumps(fake_result(first, 0.5, 1.0)))
+  (row,) = [r for r in write_results(sweep, tmp_path) if r.protocol == "release"]
+  assert row.n == 1 and row.mean == 50.0 and math.isnan(row.std)
+  assert "| x | 50.0 | 50.0 | 1/2 |" in (tmp_path / "results.md").read_text()
+
+
+# --- real runs: caching, a second invocation, a killed run
+
+
+def tiny_sweep(data_dir: str, seeds=(0,), protocols=("release",)) -> Sweep:
+  """Smoke-sized runs of 2 steps; the first row is listed in two tables (one run, two rows)."""
+  overrides = {"total_steps": 2, "data.data_dir": data_dir, "checkpoint_on_eval": False}
+  a, b = Cell("t1", (("model", "PrimalFormer"),), 98.4), Cell("t2", (("eta", "0.5"),))
+  c = Cell("t1", (("model", "Trans."),), 98.7)
+  runs = []
+  for seed in seeds:
+    for protocol in protocols:
+      runs += [Run(f"{CONFIG}:smoke", cell, seed, protocol, overrides) for cell in (a, b)]
+      runs.append(Run(f"{CONFIG}:smoke,family=softmax", c, seed, protocol, overrides))
+  return Sweep(tuple(runs))
+
+
+def test_inline_sweep_caches_runs_and_reruns_only_the_unfinished(data_dir, tmp_path):
+  sweep = tiny_sweep(data_dir, protocols=("release", "honest"))
+  keys = list(plan(sweep.runs))
+  assert len(keys) == 4  # (PrimalFormer, Trans.) x (release, honest); the t2 row shares PrimalFormer's runs
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
+  assert report["ran"] == keys and report["skipped"] == [] and not report["failed"]
+  for key in keys:
+    result = json.loads((tmp_path / "runs" / key / RESULT_FILE).read_text())
+    assert result["key"] == key == config_hash(result["config"]) and result["wall_seconds"] > 0
+    assert result["summary"]["steps"] == 2 and result["command"].startswith("python -m experiments.main --config=")
+    assert not (tmp_path / "runs" / key / "checkpoints").exists() or not any(
+      (tmp_path / "runs" / key / "checkpoints").iterdir()
+    )
+  honest = json.loads((tmp_path / "runs" / keys[2] / RESULT_FILE).read_text())
+  assert [r["protocol"] for r in honest["runs"]] == ["honest", "honest"]
+  assert [r["cell"]["table"] for r in honest["runs"]] == ["t1", "t2"]
+  assert 0 <= honest["summary"]["test_at_best_validation"]["accuracy"] <= 1
+  tables = (tmp_path / "results.md").read_text()
+  before = {key: (tmp_path / "runs" / key / RESULT_FILE).read_bytes() for key in keys}
+
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)  # everything cached: nothing runs
+  assert report["ran"] == [] and report["skipped"] == keys
+  assert before == {key: (tmp_path / "runs" / key / RESULT_FILE).read_bytes() for key in keys}
+  assert (tmp_path / "results.md").read_text() == tables
+
+  (tmp_path / "runs" / keys[2] / RESULT_FILE).unlink()  # a run cut short: its workdir is there, no result
+  lines = []
+  report = run_sweep(sweep, tmp_path, print_fn=lines.append)
+  assert report["ran"] == [keys[2]] and report["skipped"] == [keys[0], keys[1], keys[3]]
+  assert any("restarting from scratch" in line for line in lines)
+
+
+def test_killed_subprocess_run_is_the_only_one_rerun(data_dir, tmp_path):
+  sweep = tiny_sweep(data_dir)
+  keys = list(plan(sweep.runs))
+  assert len(keys) == 2
+  pids, killed = [], []
+
+  def print_fn(line: str) -> None:
+    if line.startswith(f"  {keys[1]}: pid "):
+      pids.append(int(line.rsplit(" ", 1)[1]))
+    if pids and not killed and line.startswith("  | step 1/"):  # the second run is training: kill it
+      os.kill(pids[0], signal.SIGKILL)
+      killed.append(pids[0])
+
+  report = run_sweep(sweep, tmp_path, mode="subprocess", echo=True, print_fn=print_fn)
+  assert killed and report["ran"] == [keys[0]] and list(report["failed"]) == [keys[1]]
+  assert "exit status -9" in report["failed"][keys[1]]
+  assert (tmp_path / "runs" / keys[1]).exists() and not (tmp_path / "runs" / keys[1] / RESULT_FILE).exists()
+  first = (tmp_path / "runs" / keys[0] / RESULT_FILE).read_bytes()
+
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)  # restarted (inline: same hashes, same dirs)
+  assert report["ran"] == [keys[1]] and report["skipped"] == [keys[0]] and not report["failed"]
+  assert (tmp_path / "runs" / keys[0] / RESULT_FILE).read_bytes() == first
+  rows = write_results(sweep, tmp_path)
+  assert [(r.cell.table, r.n) for r in rows] == [("t1", 1), ("t2", 1), ("t1", 1)]
+
+
+def test_sweep_binary_lock_and_table_filter(data_dir, tmp_path):
+  import fcntl
+  import subprocess
+  import sys
+
+  (tmp_path / "sweep.lock").touch()
+  with open(tmp_path / "sweep.lock") as held:
+    fcntl.flock(held, fcntl.LOCK_EX)
+    with pytest.raises(RuntimeError, match="another sweep is running"):
+      run_sweep(tiny_sweep(data_dir), tmp_path, print_fn=lambda _: None)
+  with pytest.raises(ValueError, match=r"unknown table\(s\) \['t3'\]"):
+    run_sweep(tiny_sweep(data_dir), tmp_path, only=["t3"], print_fn=lambda _: None)
+  result = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.sweep",
+      f"--sweep={UEA_SWEEP}:smoke",
+      f"--workdir={tmp_path}",
+      "--mode=aggregate",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "0 run(s) trained" in result.stdout and (tmp_path / "results.md").exists()
