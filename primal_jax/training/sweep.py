@@ -392,14 +392,15 @@ def _result_line(planned: PlannedRun, summary: dict) -> str:
 # --- aggregation
 
 
-def aggregate(planned: Mapping[str, PlannedRun], workdir: str | Path) -> list[Row]:
+def aggregate(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRun] | None = None) -> list[Row]:
   """One Row per (table cell, protocol), in the order the sweep lists them, from the finished runs."""
+  planned = plan(sweep.runs) if planned is None else planned
+  key_of = {run: key for key, p in planned.items() for run in p.runs}
   keys: dict[tuple[Cell, str], list[str]] = {}
-  for key, p in planned.items():
-    for run in p.runs:
-      group = keys.setdefault((run.cell, run.protocol), [])
-      if key not in group:
-        group.append(key)
+  for run in sweep.runs:
+    group = keys.setdefault((run.cell, run.protocol), [])
+    if key_of[run] not in group:
+      group.append(key_of[run])
   rows = []
   for (cell, protocol), group in keys.items():
     results = [r for r in (read_result(Path(workdir) / "runs" / key) for key in group) if r is not None]
@@ -478,7 +479,7 @@ def write_results(sweep: Sweep, workdir: str | Path, planned: Mapping[str, Plann
   """results.md, results.csv and the sweep's plots in `workdir`; returns the rows."""
   workdir = Path(workdir)
   planned = plan(sweep.runs) if planned is None else planned
-  rows = aggregate(planned, workdir)
+  rows = aggregate(sweep, workdir, planned)
   results = [r for r in (read_result(workdir / "runs" / key) for key in planned) if r is not None]
   (workdir / "results.md").write_text(results_markdown(sweep, rows, [r["wall_seconds"] for r in results]))
   (workdir / "results.csv").write_text(results_csv(rows))
