@@ -26,16 +26,8 @@ CONFIG = REPO / "experiments" / "configs" / "uea.py"
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  from primal_jax.data.aeon_wheel import DatasetFetchError
-  from primal_jax.data.uea_tfds import prepare_uea
-
-  path = tmp_path_factory.mktemp("tfds")
-  try:
-    prepare_uea("JapaneseVowels", "aeon", path)
-  except DatasetFetchError as err:
-    pytest.skip(f"JapaneseVowels unavailable: {err}")
-  return str(path)
+def data_dir(jv_tfds_dir):
+  return jv_tfds_dir
 
 
 def free_port() -> int:

@@ -35,17 +35,8 @@ UEA_SWEEP = ROOT / "experiments" / "sweeps" / "uea.py"
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  """One prepared TFDS copy of JapaneseVowels for the module (skips if the aeon wheel is unreachable)."""
-  from primal_jax.data.aeon_wheel import DatasetFetchError
-  from primal_jax.data.uea_tfds import prepare_uea
-
-  path = tmp_path_factory.mktemp("tfds")
-  try:
-    prepare_uea("JapaneseVowels", "aeon", path)
-  except DatasetFetchError as err:
-    pytest.skip(f"JapaneseVowels unavailable: {err}")
-  return str(path)
+def data_dir(jv_tfds_dir):
+  return jv_tfds_dir
 
 
 # --- hashing and planning

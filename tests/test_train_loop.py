@@ -25,17 +25,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uea.
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  """One prepared TFDS copy of JapaneseVowels for the whole module (skips if the aeon wheel is unreachable)."""
-  from primal_jax.data.aeon_wheel import DatasetFetchError
-  from primal_jax.data.uea_tfds import prepare_uea
-
-  path = tmp_path_factory.mktemp("tfds")
-  try:
-    prepare_uea("JapaneseVowels", "aeon", path)
-  except DatasetFetchError as err:  # no cached copy and no route to PyPI
-    pytest.skip(f"JapaneseVowels unavailable: {err}")
-  return str(path)
+def data_dir(jv_tfds_dir):
+  return jv_tfds_dir
 
 
 def smoke_config(data_dir, arg="", **overrides):
