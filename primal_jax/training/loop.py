@@ -105,12 +105,13 @@ def _best_row(history: list[dict], key: str) -> dict:
 
 def _summary(history: list[dict], splits: list[str]) -> dict:
   """Final and best-over-evaluations accuracy per split (the release's protocol), and
-  test accuracy at the best validation evaluation (the protocol without test selection)."""
+  test accuracy at the best validation evaluation (the protocol without test selection).
+  Ties go to the latest evaluation everywhere, as the Checkpointer's best step."""
   if not history:
     return {}
   summary = {"final": history[-1]}
   for split in splits:
-    best = max(history, key=lambda h: h[f"{split}/accuracy"])
+    best = _best_row(history, f"{split}/accuracy")
     summary[f"best_{split}"] = {"step": best["step"], "accuracy": best[f"{split}/accuracy"]}
   if "validation" in splits and "test" in splits:
     best = _best_row(history, "validation/accuracy")
