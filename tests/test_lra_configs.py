@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from experiments import lra_params
+from primal_jax.models.builders import build_model
 from primal_jax.training.config_args import load_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "lra.py"
@@ -48,6 +52,40 @@ def test_release_settings():
   retrieval = load_config(f"{CONFIG}:task=retrieval,model=primalformer")
   assert retrieval.model.name == "lra_dual" and retrieval.ksvd.eta == 0.0
   assert load_config(f"{CONFIG}:task=listops,model=linear").ksvd.eta == 0.0  # no Primal layer, no KSVD term
+
+
+@pytest.mark.parametrize("task", list(lra_params.LENGTHS))
+def test_short_config_keeps_the_release_model_and_builds(task):
+  release = load_config(f"{CONFIG}:task={task},model=primalformer")
+  short = load_config(f"{CONFIG}:task={task},model=primalformer,short")
+  assert short.model.to_dict() == release.model.to_dict()  # only the schedule and the data shrink
+  assert (short.ksvd.eta, short.ksvd.spec) == (release.ksvd.eta, release.ksvd.spec)
+  assert 0 < short.optimizer.warmup_steps < short.total_steps < release.total_steps
+  assert short.data.batch_size <= release.data.batch_size
+  assert short.total_steps % short.eval_every_steps == 0 and short.total_steps // short.eval_every_steps <= 4
+  info = types.SimpleNamespace(
+    seq_len=lra_params.LENGTHS[task],
+    vocab_size=0,
+    num_classes={"listops": 10, "image": 10}.get(task, 2),
+    num_features=1,
+  )
+  built = build_model(short.model, info)
+  example = tuple(
+    jnp.zeros((1, info.seq_len), jnp.int32 if key.startswith("inputs") else jnp.bool_) for key in built.input_keys
+  )
+  shapes = jax.eval_shape(lambda: built.module.init(jax.random.key(0), *example))
+  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes["params"]))
+  assert num_params == lra_params.count_params(task, "primalformer")
+
+
+def test_short_composes_with_model_and_smoke():
+  pathfinder = load_config(f"{CONFIG}:task=pathfinder,model=softmax,short")
+  assert (pathfinder.data.difficulty, pathfinder.data.num_train) == ("easy", 20000)
+  assert pathfinder.model.family == "softmax" and pathfinder.ksvd.eta == 0.0
+  plus = load_config(f"{CONFIG}:short,task=image,model=primal_plus")
+  assert (plus.model.low_rank, plus.ksvd.eta, plus.data.dataset) == (30, 0.1, "fashion_mnist")
+  smoke = load_config(f"{CONFIG}:task=pathfinder,short,smoke")  # smoke wins: seconds, for tests
+  assert (smoke.total_steps, smoke.data.num_train) == (4, 64)
 
 
 def test_param_count_matches_the_release_state_dict():

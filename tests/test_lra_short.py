@@ -1,0 +1,85 @@
+"""experiments.lra_short: the record of a finished `short` LRA run (no training here)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments import lra_short
+from primal_jax.training.config_args import load_config
+
+CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "lra.py"
+
+
+def _fake_run(workdir: Path) -> None:
+  """The files train_and_evaluate leaves in a workdir, for a 2-evaluation image run."""
+  workdir.mkdir()
+  (workdir / "config.json").write_text(json.dumps(load_config(f"{CONFIG}:task=image,short").to_dict()))
+  history = [
+    {"step": 400, "validation/accuracy": 0.80, "validation/loss": 0.5, "test/accuracy": 0.79, "test/loss": 0.6},
+    {"step": 800, "validation/accuracy": 0.78, "validation/loss": 0.5, "test/accuracy": 0.81, "test/loss": 0.5},
+  ]
+  (workdir / "eval_history.json").write_text(json.dumps(history))
+  summary = {
+    "final": {**history[-1], "validation/ksvd_loss": 0.01},
+    "best_validation": {"step": 400, "accuracy": 0.80},
+    "best_test": {"step": 800, "accuracy": 0.81},
+    "test_at_best_validation": {"step": 400, "accuracy": 0.79},
+    "steps": 800,
+    "preempted": False,
+    "num_params": 227330,
+  }
+  (workdir / "summary.json").write_text(json.dumps(summary))
+  rows = [
+    {"step": 50, "prefix": "train", "wall_time": 100.0, "scalars": {"task_loss": 1.5, "loss": 1.6}},
+    {"step": 800, "prefix": "test", "wall_time": 700.5, "scalars": {"accuracy": 0.81}},
+  ]
+  (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_collect_reads_a_finished_run(tmp_path):
+  _fake_run(tmp_path / "run")
+  record = lra_short.collect(tmp_path / "run", command="python -m experiments.main ...", wall_s=812.34, cpu_s=1500.0)
+  assert (record["task"], record["model"], record["steps"], record["wall_s"]) == (
+    "lra_image",
+    "primalformer",
+    800,
+    812.3,
+  )
+  assert record["test_at_best_validation"] == {"step": 400, "accuracy": 0.79}
+  assert record["final"] == {"step": 800, "validation/accuracy": 0.78, "test/accuracy": 0.81}
+  assert [e["step"] for e in record["evaluations"]] == [400, 800]
+  assert record["train_loss"] == [{"step": 50, "loss": 1.5}]
+  assert record["schedule"]["total_steps"] == 800 and record["model_config"]["dim"] == 64
+  # Without a measured wall time, the span of the logged rows stands in, and says so.
+  record = lra_short.collect(tmp_path / "run", command="c")
+  assert (record["wall_s"], record["wall_s_measures"]) == (600.5, "logged rows (first to last)")
+
+
+def test_main_collect_only_and_refusals(tmp_path):
+  _fake_run(tmp_path / "run")
+  out = tmp_path / "image_primalformer.json"
+  args = ["--task=image", f"--workdir={tmp_path / 'run'}", f"--out={out}"]
+  assert lra_short.main([*args, "--collect_only"]) == 0
+  record = json.loads(out.read_text())
+  assert record["command"].startswith("python -m experiments.main --config=experiments/configs/lra.py:task=image,")
+  assert record["machine"]["cpus"] >= 1
+  with pytest.raises(SystemExit):  # a used workdir is never trained in again: its wall time would be wrong
+    lra_short.main(args)
+  with pytest.raises(FileNotFoundError, match="did not finish"):
+    lra_short.collect(tmp_path, command="c")
+
+
+def test_train_command_is_the_binary_with_the_short_config():
+  cmd = lra_short.train_command("pathfinder", "softmax", "/w", ["--config.total_steps=10"])
+  assert cmd[0] == sys.executable
+  assert cmd[1:] == [
+    "-m",
+    "experiments.main",
+    "--config=experiments/configs/lra.py:task=pathfinder,model=softmax,short",
+    "--workdir=/w",
+    "--config.total_steps=10",
+  ]
