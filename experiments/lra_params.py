@@ -32,7 +32,11 @@ def models() -> list[str]:
 
 def count_params(task: str, model: str, seq_len: int | None = None) -> int:
   """Parameters of `model` on `task` at padded length `seq_len` (default: the task's LRA length)."""
-  config = load_config(f"{CONFIG}:task={task},model={model}")
+  return count_config_params(load_config(f"{CONFIG}:task={task},model={model}"), task, seq_len)
+
+
+def count_config_params(config, task: str, seq_len: int | None = None) -> int:
+  """Parameters of the model `config` builds for `task` (shapes only, nothing is initialised)."""
   info = types.SimpleNamespace(
     seq_len=seq_len or LENGTHS[task],
     vocab_size=0,

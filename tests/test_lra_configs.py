@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import os
-import types
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from experiments import lra_params
-from primal_jax.models.builders import build_model
 from primal_jax.training.config_args import load_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "lra.py"
@@ -63,18 +59,7 @@ def test_short_config_keeps_the_release_model_and_builds(task):
   assert 0 < short.optimizer.warmup_steps < short.total_steps < release.total_steps
   assert short.data.batch_size <= release.data.batch_size
   assert short.total_steps % short.eval_every_steps == 0 and short.total_steps // short.eval_every_steps <= 4
-  info = types.SimpleNamespace(
-    seq_len=lra_params.LENGTHS[task],
-    vocab_size=0,
-    num_classes={"listops": 10, "image": 10}.get(task, 2),
-    num_features=1,
-  )
-  built = build_model(short.model, info)
-  example = tuple(
-    jnp.zeros((1, info.seq_len), jnp.int32 if key.startswith("inputs") else jnp.bool_) for key in built.input_keys
-  )
-  shapes = jax.eval_shape(lambda: built.module.init(jax.random.key(0), *example))
-  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes["params"]))
+  num_params = lra_params.count_config_params(short, task)
   assert num_params == lra_params.count_params(task, "primalformer")
 
 
