@@ -113,6 +113,29 @@ def test_value_range_and_shapes(samples):
     assert 0.1 < coverage < 0.45, (level, coverage)
 
 
+def _distance_threshold_accuracy(images, labels):
+  """Best accuracy of any threshold on the distance between the two markers found in the pixels."""
+  distance = np.array([np.hypot(*np.subtract(*pf.find_markers(image).astype(float))) for image in images])
+  order = np.argsort(distance, kind="stable")
+  y = labels[order]
+  # predict "connected" for the k nearest pairs, k = 0..n; either direction of the threshold
+  correct = np.concatenate([[0], np.cumsum(y)]) + np.concatenate([[(1 - y).sum()], (1 - y).sum() - np.cumsum(1 - y)])
+  accuracy = correct / len(y)
+  return max(accuracy.max(), 1 - accuracy.min())
+
+
+def test_marker_distance_does_not_give_the_label_away():
+  # 2,048 easy images: a threshold fitted on the same set reaches ~0.5 + 3 / sqrt(n) by chance alone.
+  # Drawn without matching, the markers of a negative sit further apart and the distance gives ~0.73.
+  matched = pf.generate_pathfinder(2048, seed=5, contour_length=pf.LEVELS["easy"])
+  raw = pf.generate_pathfinder(2048, seed=5, contour_length=pf.LEVELS["easy"], match_marker_distance=False)
+  assert _distance_threshold_accuracy(*matched) < 0.56
+  assert _distance_threshold_accuracy(*raw) > 0.66
+  assert matched[1].sum() == 1024
+  for image, label in zip(matched[0][:64], matched[1][:64], strict=True):
+    assert pf.markers_connected(image) == bool(label)
+
+
 def test_longer_paths_cover_more_of_the_image(samples):
   cover = {level: (images > 0).mean() for level, (images, _) in samples.items()}
   assert cover["easy"] < cover["hard"]
