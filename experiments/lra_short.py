@@ -1,12 +1,12 @@
 """Run one LRA task on its `short` schedule and record the result in experiments/results/lra_short/.
 
   nice -n 10 python -m experiments.lra_short --task=image --model=primalformer \
-    --workdir=/work/scratch/runs/image_short
+    --workdir=/tmp/image_short
 
 runs, as a child process and timed,
 
   python -m experiments.main --config=experiments/configs/lra.py:task=image,model=primalformer,short \
-    --workdir=/work/scratch/runs/image_short
+    --workdir=/tmp/image_short
 
 then writes `experiments/results/lra_short/image_primalformer.json`: the command, the wall time, the steps,
 the final, best and test-at-best-validation accuracies, every evaluation, the schedule and data sizes from

@@ -40,10 +40,11 @@ records, with every evaluation and the train-loss curve, are in experiments/resu
   listops: 600 steps (release 5,000), warm-up 60 (release 1,000); the release's 96,000 / 2,000 / 2,000
     sequences. 36.6% test at the best validation (step 600; 37.0% at step 300), 15.3 min.
   pathfinder: difficulty "easy" (6-dash paths; release "hard", 14), 20,000 / 2,000 / 2,000 images
-    (release 160,000 / 20,000 / 20,000; drawn in ~25 s, then cached), 800 steps, warm-up 80, 10.6 min.
-    It does NOT learn on this budget: 50.0% (a constant prediction) here and in every variant we tried
-    (lr 1e-3 and 3e-4 for 1,000 steps of 32, lr 1e-3 for 3,000 steps of 8, Primal.+Trans. for 300
-    steps; results/lra_short/pathfinder_trials/). The release trains 62,400 steps of 256 (16M images,
+    (release 160,000 / 20,000 / 20,000; drawn in ~25 s before the marker-distance matching, about twice
+    that now, then cached), 800 steps, warm-up 80, 10.6 min. It does NOT learn on this budget: 50.0% (a
+    constant prediction) here and in every variant we tried (lr 1e-3 and 3e-4 for 1,000 steps of 32, lr
+    1e-3 for 3,000 steps of 8, Primal.+Trans. for 300 steps; results/lra_short/pathfinder_trials/, all on
+    the generator before the marker-distance matching). The release trains 62,400 steps of 256 (16M images,
     ~600x this budget); Trans. (softmax) runs ~4x slower per step on CPU at 1,024 tokens.
   text, retrieval: 600 steps, warm-up 60, as ListOps; untested here (their data need a download or the
     LRA release's files), and each step costs about twice a ListOps step (4,000 tokens).

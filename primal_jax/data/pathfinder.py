@@ -539,9 +539,10 @@ def _draw_matched(
     if len(kept[1]) < pairs and attempts >= _MIN_ATTEMPTS and 2 * len(kept[1]) < _MIN_SUCCESS_RATE * attempts:
       raise ValueError(_too_few_message(2 * len(kept[1]), attempts, geo))
   empty = np.zeros((0, geo.size, geo.size), np.uint8)
-  return tuple(
-    np.stack(images[:count]) if count else empty
-    for images, count in zip(kept[::-1], (num_positive, num_negative), strict=True)
+  negatives, positives = kept
+  return (
+    np.stack(positives[:num_positive]) if num_positive else empty,
+    np.stack(negatives[:num_negative]) if num_negative else empty,
   )
 
 
