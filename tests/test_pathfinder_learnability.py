@@ -1,0 +1,45 @@
+"""experiments/pathfinder_learnability.py: the conv-net check runs end to end and records what it measured."""
+
+from __future__ import annotations
+
+import json
+
+import chex
+import numpy as np
+import pytest
+
+from experiments import pathfinder_learnability as pl
+
+
+def test_run_writes_every_evaluation(tmp_path, capsys):
+  out = tmp_path / "cnn.json"
+  argv = ["--contour_length=4", "--num_distractors=0", "--num_train=64", "--num_test=40", "--steps=4"]
+  pl.main([*argv, "--eval_every=2", f"--out={out}"])
+  record = json.loads(out.read_text())
+  assert record["geometry"] == {"contour_length": 4, "num_distractors": 0}
+  assert [row["step"] for row in record["history"]] == [2, 4]
+  for row in record["history"]:
+    assert 0.0 <= row["train_accuracy"] <= 1.0
+    # 40 test images: the accuracy is a whole number of them.
+    np.testing.assert_allclose(row["test_accuracy"] * 40, round(row["test_accuracy"] * 40), atol=1e-6)
+  assert record["command"].endswith("--out=" + str(out))
+  assert "step 4: train" in capsys.readouterr().out
+
+
+def test_conv_net_shapes():
+  import jax
+
+  model = pl.SmallConvNet(widths=(4,))
+  images = np.zeros((3, 32, 32, 1), np.float32)
+  logits = model.apply(model.init(jax.random.key(0), images), images)
+  chex.assert_shape(logits, (3, 2))
+
+
+@pytest.mark.parametrize(
+  "flag, message",
+  [("--steps=0", "--steps must be >= 1"), ("--num_distractors=-2", "--num_distractors must be >= 0")],
+)
+def test_bad_flags_are_refused(flag, message, capsys):
+  with pytest.raises(SystemExit):
+    pl.main([flag])
+  assert message in capsys.readouterr().err
