@@ -14,13 +14,16 @@ are readable from its pixels and the Transformers' plateau is theirs.
 The net: six 3x3 convolutions (32-32-64-64-64-64, ReLU), global max pooling,
 an MLP head; Adam at lr 1e-3, batch 64, sampled with replacement. Images are
 scaled to [0, 1]. Prints train and test accuracy every `--eval_every` steps
-and writes them to `--out` as JSON.
+and writes them to `--out` as JSON. The loop is a plain optax one, not
+`primal_jax.training`: the conv net is a probe of the data, not a model the
+library offers, so it stays out of the model registry.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -156,6 +159,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  import sys
-
   main(sys.argv[1:])

@@ -43,3 +43,14 @@ def test_bad_flags_are_refused(flag, message, capsys):
   with pytest.raises(SystemExit):
     pl.main([flag])
   assert message in capsys.readouterr().err
+
+
+def test_same_seed_same_record_other_seed_other_images():
+  kwargs = dict(contour_length=4, num_distractors=0, num_train=32, num_test=32, steps=2, eval_every=2)
+  first, again = pl.run(seed=0, **kwargs), pl.run(seed=0, **kwargs)
+  assert first["history"] == again["history"]
+  # Train and test are drawn from different streams, so they never share an image.
+  train, _ = pl.generate_pathfinder(32, seed=(0, 0), contour_length=4, num_distractors=0)
+  test, _ = pl.generate_pathfinder(32, seed=(0, 1), contour_length=4, num_distractors=0)
+  shared = {t.tobytes() for t in train} & {t.tobytes() for t in test}
+  assert not shared
