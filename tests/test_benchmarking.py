@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from primal_jax import benchmarking as bm
+from primal_jax import host_allocator
 from primal_jax.models.classifier import SequenceClassifier
 from primal_jax.models.config import make_config
 
@@ -205,6 +206,8 @@ def test_script_end_to_end(efficiency, tmp_path, capsys):
   assert [r["variant"] for r in saved["records"]] == [r["variant"] for r in results["records"]]
   markdown = (tmp_path / "efficiency.md").read_text()
   assert "| softmax | " in markdown and "(1.00x)" in markdown
+  assert results["meta"]["allocator"] == host_allocator.loaded_allocator()
+  assert f"Host allocator {results['meta']['allocator']}." in markdown
   assert (tmp_path / "efficiency.png").read_bytes()[:4] == b"\x89PNG"
   assert "| primalformer |" in capsys.readouterr().out
 

@@ -210,6 +210,7 @@ def test_config_arguments_are_checked():
     (["--config.total_steps=abc"], "--config.total_steps=abc"),
     ([f"--config={CONFIG}:smoke,bogus=1"], "unknown config argument 'bogus'"),
     (["--workdir="], "--workdir"),
+    (["--allocator=mimalloc"], "--allocator"),
   ],
 )
 def test_bad_flags_exit_with_a_clear_message(tmp_path, extra, message):

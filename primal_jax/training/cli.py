@@ -14,12 +14,17 @@ def run(argv: list[str] | None = None) -> None:
   from absl import app, flags, logging
   from ml_collections import config_flags
 
+  from primal_jax import host_allocator
   from primal_jax.training.loop import train_and_evaluate
 
   config_flag = config_flags.DEFINE_config_file(
     "config", None, "Config file (with optional ':arg'), e.g. experiments/configs/uea.py:smoke", lock_config=True
   )
   workdir_flag = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and config.json.")
+  allocator_flag = flags.DEFINE_enum(
+    "allocator", "system", list(host_allocator.ALLOCATORS),
+    "Host malloc (CPU runs): tcmalloc or jemalloc re-executes the command with the library preloaded.",
+  )  # fmt: skip
   flags.mark_flags_as_required(["config", "workdir"])
   flags.register_validator("workdir", bool, message="--workdir must name a directory (it is created if missing)")
 
@@ -28,10 +33,19 @@ def run(argv: list[str] | None = None) -> None:
       raise app.UsageError(f"unexpected positional arguments: {args[1:]}")
     if not flags.FLAGS["verbosity"].present:
       logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO; -v 0 brings it back
+    allocator = allocator_flag.value
+    if allocator != "system" and allocator != host_allocator.loaded_allocator():
+      if not from_command_line:  # run(argv) from Python: there is no command line to re-execute
+        raise app.UsageError(f"--allocator={allocator} needs a fresh process; preload it with LD_PRELOAD")
+      try:
+        host_allocator.ensure_allocator(allocator)  # re-executes; returns only if nothing had to change
+      except ValueError as err:
+        raise app.UsageError(str(err)) from err
     summary = train_and_evaluate(config_flag.value, workdir_flag.value)
     if summary.get("preempted"):
       sys.exit(143)  # 128 + SIGTERM: the state was saved; rerunning resumes
 
+  from_command_line = argv is None
   argv = list(sys.argv if argv is None else argv)
   try:  # a bad --config.x=y raises AttributeError/TypeError inside ml_collections, not a flags.Error
     remaining = flags.FLAGS(argv)

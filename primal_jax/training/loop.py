@@ -35,6 +35,7 @@ import optax
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
+from primal_jax import host_allocator
 from primal_jax.data.tasks import get_input_pipeline
 from primal_jax.models.builders import BuiltModel, build_model
 from primal_jax.training.checkpoints import Checkpointer, PreemptionGuard
@@ -334,6 +335,7 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
       epoch, offset = epoch + 1, 0
   ckpt.wait_until_finished()
   summary = {**_summary(history, eval_splits), "steps": step, "preempted": preempted, "num_params": num_params}
+  summary["host_allocator"] = host_allocator.loaded_allocator()  # CPU step times depend on it
   if best is not None and best.step is not None and not preempted:
     test = _evaluate(eval_step, best.state(state, ckpt, abstract), pipeline.eval_batches("test"), mesh)
     writer.write(best.step, test, prefix="test")
