@@ -320,8 +320,8 @@ def test_split_left_out_and_defaults(cache, monkeypatch):
 
   calls = []
 
-  def fake(split, n, *, seed, difficulty, cache_dir):
-    calls.append((split, n, difficulty))
+  def fake(split, n, *, seed, difficulty, cache_dir, contour_length, num_distractors):
+    calls.append((split, n, difficulty, contour_length, num_distractors))
     return np.zeros((4, 32, 32), np.uint8), np.array([0, 1, 0, 1])
 
   monkeypatch.setattr(pf, "load_or_generate_split", fake)
@@ -329,7 +329,30 @@ def test_split_left_out_and_defaults(cache, monkeypatch):
   for key in ("difficulty", "num_train", "num_validation", "num_test"):
     delattr(config, key)
   pf.make_pathfinder_pipeline(config)
-  assert calls == [("train", 160_000, "hard"), ("validation", 20_000, "hard"), ("test", 20_000, "hard")]
+  sizes = (("train", 160_000), ("validation", 20_000), ("test", 20_000))
+  assert calls == [(split, n, "hard", None, None) for split, n in sizes]
+
+
+def test_geometry_overrides_reach_the_pipeline(cache):
+  """contour_length / num_distractors replace the level's; 0 / -1 keep it (the LRA config's placeholders)."""
+  from scipy import ndimage
+
+  def components(images):  # 8-connected groups of nonzero pixels per image: one per path
+    return [ndimage.label(im > 0, structure=np.ones((3, 3)))[1] for im in images]
+
+  plain = pf.make_pathfinder_pipeline(make_config(num_train=24, contour_length=0, num_distractors=-1))
+  default = pf.make_pathfinder_pipeline(make_config(num_train=24))
+  np.testing.assert_array_equal(plain.sources["train"].images, default.sources["train"].images)
+  assert min(components(default.sources["train"].images)) > 2  # the easy level has distractors
+
+  bare = pf.make_pathfinder_pipeline(make_config(num_train=24, contour_length=4, num_distractors=0))
+  images, labels = bare.sources["train"].images, bare.sources["train"].labels
+  assert components(images) == [2] * 24  # the two target paths and nothing else
+  assert [pf.markers_connected(im) for im in images] == [bool(y) for y in labels]
+  assert pf.level_geometry("easy", contour_length=4, num_distractors=0).distractor_length == 1
+  again, _ = pf.load_or_generate_split("train", 24, seed=0, difficulty="easy", contour_length=4, num_distractors=0)
+  np.testing.assert_array_equal(images, again)  # read back from its own cache file
+  assert len(list((cache / "pathfinder").glob("*.npz"))) == 6  # 3 splits x 2 geometries
 
 
 @pytest.mark.parametrize(
@@ -340,6 +363,9 @@ def test_split_left_out_and_defaults(cache, monkeypatch):
     (dict(num_train=0), "num_train"),
     (dict(num_test=-1), "num_test"),
     (dict(batch_size=None), "batch_size"),
+    (dict(contour_length=2), "contour_length must be an integer >= 4, got 2"),
+    (dict(num_distractors=-2), "num_distractors must be an integer >= 0, got -2"),
+    (dict(contour_length=4.5), "contour_length must be an integer"),
   ],
 )
 def test_pipeline_config_errors(cache, overrides, match):

@@ -68,7 +68,9 @@ TASKS = {
 DATA = {
   "listops": dict(num_train=96000, num_validation=2000, num_test=2000, min_length=500, max_length=2000, data_seed=0),
   "image": dict(dataset="fashion_mnist", source="", data_dir="", download=True, val_fraction=0.1),
-  "pathfinder": dict(num_train=160000, num_validation=20000, num_test=20000, difficulty="hard"),
+  "pathfinder": dict(
+    num_train=160000, num_validation=20000, num_test=20000, difficulty="hard", contour_length=0, num_distractors=-1
+  ),  # contour_length 0 / num_distractors -1: the level's own
   "text": dict(dataset="imdb_reviews", data_dir="", download=True, val_fraction=0.0),
   "retrieval": dict(dataset="aan", source="", val_fraction=0.0),  # source: dir of new_aan_pairs.*.tsv
 }

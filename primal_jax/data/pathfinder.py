@@ -752,22 +752,43 @@ def split_cache_path(cache_dir: str | Path, split: str, num_examples: int, seed:
   return Path(cache_dir) / "pathfinder" / f"{digest}.npz"
 
 
+def level_geometry(
+  difficulty: str = DEFAULT_DIFFICULTY, *, contour_length: int | None = None, num_distractors: int | None = None
+) -> Geometry:
+  """The resolved Geometry of a difficulty level, optionally with its path length or distractor count replaced.
+
+  The overrides make levels between or below LRA's three (e.g. 4-dash paths
+  without distractors, which a small conv net learns in a few hundred steps),
+  for curricula and diagnostics. None keeps the level's value.
+  """
+  if difficulty not in LEVELS:
+    raise ValueError(f"difficulty must be one of {', '.join(LEVELS)}, got {difficulty!r}")
+  length = LEVELS[difficulty] if contour_length is None else contour_length
+  return Geometry(contour_length=length, num_distractors=num_distractors).resolved()
+
+
 def load_or_generate_split(
-  split: str, num_examples: int, *, seed: int, difficulty: str = DEFAULT_DIFFICULTY, cache_dir: str | Path | None = None
+  split: str,
+  num_examples: int,
+  *,
+  seed: int,
+  difficulty: str = DEFAULT_DIFFICULTY,
+  cache_dir: str | Path | None = None,
+  contour_length: int | None = None,
+  num_distractors: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
   """(images, labels) of one split, generated once per parameter set and then read from the cache.
 
   Each split draws from its own stream (seed, PATHFINDER_STREAM, split id), so
   changing one split's size leaves the others' images alone. A cache file that
-  does not read back as expected is regenerated, with a warning.
+  does not read back as expected is regenerated, with a warning. The geometry
+  is `level_geometry(difficulty, contour_length=..., num_distractors=...)`.
   """
   from primal_jax.data.aeon_wheel import default_cache_dir
 
   if split not in _SPLIT_IDS:
     raise ValueError(f"split must be one of {', '.join(_SPLIT_IDS)}, got {split!r}")
-  if difficulty not in LEVELS:
-    raise ValueError(f"difficulty must be one of {', '.join(LEVELS)}, got {difficulty!r}")
-  geo = Geometry(contour_length=LEVELS[difficulty]).resolved()
+  geo = level_geometry(difficulty, contour_length=contour_length, num_distractors=num_distractors)
   path = split_cache_path(default_cache_dir() if cache_dir is None else cache_dir, split, num_examples, seed, geo)
   if path.exists():
     try:
@@ -803,7 +824,9 @@ def make_pathfinder_pipeline(data_config: Any, *, process_index: int = 0, proces
   Reads from `data_config` (attributes, or keys of a mapping): batch_size,
   eval_batch_size, seed (the epoch orders), data_seed (the images; default
   `seed`), difficulty ("easy" | "intermediate" | "hard", default "hard", LRA's
-  column), num_train / num_validation / num_test (defaults 160,000 / 20,000 /
+  column), contour_length (dashes per target path; 0 or absent: the level's)
+  and num_distractors (-1 or absent: the level's default), num_train /
+  num_validation / num_test (defaults 160,000 / 20,000 /
   20,000, LRA's 80/10/10 split of 200,000 images; 0 leaves a validation or
   test split out), data_dir (cache root; default `aeon_wheel.default_cache_dir()`),
   and seq_len if present, which must be 0 or 1,024. Every host generates (or
@@ -820,8 +843,12 @@ def make_pathfinder_pipeline(data_config: Any, *, process_index: int = 0, proces
   seed = pipeline.check_nonnegative_int(get("seed"), "seed")
   data_seed = seed if get("data_seed") is None else pipeline.check_nonnegative_int(get("data_seed"), "data_seed")
   difficulty = get("difficulty", DEFAULT_DIFFICULTY)
-  if difficulty not in LEVELS:
-    raise ValueError(f"difficulty must be one of {', '.join(LEVELS)}, got {difficulty!r}")
+  contour_length, num_distractors = get("contour_length", 0), get("num_distractors", -1)
+  overrides = {
+    "contour_length": None if contour_length in (0, None) else contour_length,
+    "num_distractors": None if num_distractors in (-1, None) else num_distractors,
+  }
+  level_geometry(difficulty, **overrides)  # a bad level or override fails here, before any drawing
   seq_len = IMAGE_SIZE * IMAGE_SIZE
   if get("seq_len", 0) not in (0, None, seq_len):
     raise ValueError(
@@ -833,7 +860,9 @@ def make_pathfinder_pipeline(data_config: Any, *, process_index: int = 0, proces
     pipeline.check_nonnegative_int(sizes[split], f"num_{split}")
   splits = {
     split: PathfinderSource(
-      *load_or_generate_split(split, int(n), seed=data_seed, difficulty=difficulty, cache_dir=get("data_dir"))
+      *load_or_generate_split(
+        split, int(n), seed=data_seed, difficulty=difficulty, cache_dir=get("data_dir"), **overrides
+      )
     )
     for split, n in sizes.items()
     if n > 0
