@@ -173,6 +173,8 @@ def test_init_from_another_run(straight_run, tmp_path):
   )
   assert_trees_equal(jax.device_get(restored), straight)
   assert summary["steps"] == 1
+  from_workdir = Checkpointer.restore_params(straight_dir, load_state(config, straight_dir)[0].abstract.params)
+  assert_trees_equal(jax.device_get(from_workdir), straight)  # a run's workdir names its checkpoints too
 
 
 def test_diverging_loss_stops_with_the_step_and_last_checkpoint(data_dir, tmp_path):

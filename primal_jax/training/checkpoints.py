@@ -36,6 +36,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+WORKDIR_SUBDIR = "checkpoints"  # where the train loop keeps a run's Checkpointer directory
 _STATE = "state"
 _INFO = "info"
 _FORMAT_VERSION = 1
@@ -430,8 +431,9 @@ def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
   """Loads only the `params` subtree of another run's checkpoint (for `config.init_from`).
 
   Args:
-    path: a `Checkpointer` directory (then `step`, default its latest step) or one step's directory
-      `<directory>/<step>`. Nothing under it is written or deleted.
+    path: a `Checkpointer` directory (then `step`, default its latest step), a run's workdir (its
+      `checkpoints` subdirectory is used) or one step's directory `<directory>/<step>`. Nothing under it
+      is written or deleted.
     abstract_params: target pytree of `jax.ShapeDtypeStruct` with `.sharding` (or arrays).
 
   Returns:
@@ -444,6 +446,8 @@ def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
   _require_shardings(abstract_params, "abstract_params")
   path = epath.Path(path)
   root = path
+  if (path / WORKDIR_SUBDIR).is_dir() and not any(child.name.isdigit() for child in path.iterdir()):
+    root = path / WORKDIR_SUBDIR  # a run's workdir: its Checkpointer directory
   if path.name.isdigit() and (path / _STATE).is_dir():
     if step is not None and int(step) != int(path.name):
       raise ValueError(f"step={step} contradicts the step directory {path}")

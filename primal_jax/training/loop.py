@@ -38,7 +38,7 @@ from jax.sharding import Mesh
 from primal_jax import host_allocator
 from primal_jax.data.tasks import get_input_pipeline
 from primal_jax.models.builders import BuiltModel, build_model
-from primal_jax.training.checkpoints import Checkpointer, PreemptionGuard
+from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer, PreemptionGuard
 from primal_jax.training.metrics import MetricWriter, Progress, summary_table
 from primal_jax.training.optimizers import make_optimizer
 from primal_jax.training.sharding import (
@@ -212,7 +212,7 @@ def build_experiment(config) -> Experiment:
 def load_state(config, workdir: str | Path, step: int | None = None) -> tuple[Experiment, TrainState]:
   """The experiment of `config` and the state saved in `workdir` (latest step by default)."""
   experiment = build_experiment(config)
-  with Checkpointer(Path(workdir) / "checkpoints") as ckpt:
+  with Checkpointer(Path(workdir) / WORKDIR_SUBDIR) as ckpt:
     state, _ = ckpt.restore(experiment.abstract, step=step)
   return experiment, state
 
@@ -238,7 +238,7 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
   spec = ksvd_spec(config.ksvd.spec)
 
   ckpt = Checkpointer(
-    workdir / "checkpoints",
+    workdir / WORKDIR_SUBDIR,
     max_to_keep=config.max_to_keep,
     best_metric=config.get("best_metric") or None,
     best_mode="max",
