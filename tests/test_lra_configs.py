@@ -66,6 +66,11 @@ def test_short_config_keeps_the_release_model_and_builds(task):
 def test_short_composes_with_model_and_smoke():
   pathfinder = load_config(f"{CONFIG}:task=pathfinder,model=softmax,short")
   assert (pathfinder.data.difficulty, pathfinder.data.num_train) == ("easy", 20000)
+  # 4-dash paths without distractors at the release's lr: the level a short run learns (README, LRA).
+  data, opt = pathfinder.data, pathfinder.optimizer
+  assert (data.contour_length, data.num_distractors, opt.learning_rate, pathfinder.total_steps) == (4, 0, 1e-4, 3000)
+  release = load_config(f"{CONFIG}:task=pathfinder").data
+  assert (release.difficulty, release.contour_length, release.num_distractors) == ("hard", 0, -1)  # the level's own
   assert pathfinder.model.family == "softmax" and pathfinder.ksvd.eta == 0.0
   plus = load_config(f"{CONFIG}:short,task=image,model=primal_plus")
   assert (plus.model.low_rank, plus.ksvd.eta, plus.data.dataset) == (30, 0.1, "fashion_mnist")
