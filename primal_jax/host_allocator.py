@@ -101,8 +101,14 @@ def ensure_allocator(name: str, argv: Sequence[str] | None = None) -> str:
   ValueError for an unknown name, a library that is not installed, or a
   preload that did not take effect after re-executing.
   """
-  if _check_name(name) == "system" or loaded_allocator() == name:
-    return loaded_allocator()
+  loaded = loaded_allocator()
+  if _check_name(name) == "system" or loaded == name:
+    return loaded
+  if loaded != "system":
+    raise ValueError(
+      f"allocator {name!r}: this process already runs with {loaded} (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}), "
+      "which cannot be swapped; start it without that preload"
+    )
   if os.environ.get(REEXEC_MARKER):
     raise ValueError(
       f"allocator {name!r}: re-executed with LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}, but {name} is "

@@ -66,6 +66,10 @@ def test_missing_library_and_failed_preload_are_clear_errors(monkeypatch):
   with pytest.raises(ValueError, match="still not mapped"):
     ha.ensure_allocator("jemalloc")
   assert ha.ensure_allocator("system") == "system"  # never re-executes
+  monkeypatch.setattr(ha, "loaded_allocator", lambda: "tcmalloc")
+  with pytest.raises(ValueError, match="already runs with tcmalloc"):
+    ha.ensure_allocator("jemalloc")
+  assert ha.ensure_allocator("tcmalloc") == ha.ensure_allocator("system") == "tcmalloc"
 
 
 @pytest.mark.parametrize("name", ["tcmalloc", "jemalloc"])
