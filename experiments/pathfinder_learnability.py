@@ -53,6 +53,13 @@ def _images(images: np.ndarray) -> np.ndarray:
   return images[..., None].astype(np.float32) / 255.0  # [n, 32, 32] uint8 -> [n, 32, 32, 1]
 
 
+def draw_splits(num_train: int, num_test: int, *, seed: int, **geometry):
+  """(train_x, train_y, test_x, test_y): train and test from separate streams of `seed`, so never shared."""
+  train_x, train_y = generate_pathfinder(num_train, seed=(seed, 0), **geometry)
+  test_x, test_y = generate_pathfinder(num_test, seed=(seed, 1), **geometry)
+  return train_x, train_y, test_x, test_y
+
+
 def run(
   *,
   contour_length: int,
@@ -68,8 +75,7 @@ def run(
   """Train the conv net on one generated level; the record of every evaluation."""
   geometry = dict(contour_length=contour_length, num_distractors=num_distractors)
   begin = time.perf_counter()
-  train_x, train_y = generate_pathfinder(num_train, seed=(seed, 0), **geometry)
-  test_x, test_y = generate_pathfinder(num_test, seed=(seed, 1), **geometry)
+  train_x, train_y, test_x, test_y = draw_splits(num_train, num_test, seed=seed, **geometry)
   train_x, test_x = _images(train_x), _images(test_x)
   data_s = time.perf_counter() - begin
 

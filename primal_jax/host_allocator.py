@@ -17,7 +17,6 @@ preloaded. The library must be installed, e.g. Debian/Ubuntu
 
 from __future__ import annotations
 
-import ctypes.util
 import os
 import sys
 import sysconfig
@@ -57,10 +56,6 @@ def find_library(name: str, search_dirs: Sequence[Path] | None = None) -> Path |
     for soname in LIBRARY_NAMES[name]:
       if (Path(directory) / soname).is_file():
         return Path(directory) / soname
-  if search_dirs is None:
-    found = ctypes.util.find_library(LIBRARY_NAMES[name][0].removeprefix("lib").split(".so")[0])
-    if found and os.path.isabs(found):
-      return Path(found)
   return None
 
 

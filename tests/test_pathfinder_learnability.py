@@ -49,8 +49,8 @@ def test_same_seed_same_record_other_seed_other_images():
   kwargs = dict(contour_length=4, num_distractors=0, num_train=32, num_test=32, steps=2, eval_every=2)
   first, again = pl.run(seed=0, **kwargs), pl.run(seed=0, **kwargs)
   assert first["history"] == again["history"]
-  # Train and test are drawn from different streams, so they never share an image.
-  train, _ = pl.generate_pathfinder(32, seed=(0, 0), contour_length=4, num_distractors=0)
-  test, _ = pl.generate_pathfinder(32, seed=(0, 1), contour_length=4, num_distractors=0)
+  # The splits `run` trains and tests on come from different streams, so they never share an image.
+  train, train_y, test, test_y = pl.draw_splits(32, 32, seed=0, contour_length=4, num_distractors=0)
+  assert train.shape == test.shape == (32, 32, 32) and len(train_y) == len(test_y) == 32
   shared = {t.tobytes() for t in train} & {t.tobytes() for t in test}
   assert not shared

@@ -34,13 +34,12 @@ def run(argv: list[str] | None = None) -> None:
     if not flags.FLAGS["verbosity"].present:
       logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO; -v 0 brings it back
     allocator = allocator_flag.value
-    if allocator != "system" and allocator != host_allocator.loaded_allocator():
-      if not from_command_line:  # run(argv) from Python: there is no command line to re-execute
-        raise app.UsageError(f"--allocator={allocator} needs a fresh process; preload it with LD_PRELOAD")
-      try:
-        host_allocator.ensure_allocator(allocator)  # re-executes; returns only if nothing had to change
-      except ValueError as err:
-        raise app.UsageError(str(err)) from err
+    if not from_command_line and allocator not in ("system", host_allocator.loaded_allocator()):
+      raise app.UsageError(f"--allocator={allocator} needs a fresh process (run(argv) cannot re-execute)")
+    try:
+      host_allocator.ensure_allocator(allocator)  # re-executes the command unless nothing has to change
+    except ValueError as err:
+      raise app.UsageError(str(err)) from err
     summary = train_and_evaluate(config_flag.value, workdir_flag.value)
     if summary.get("preempted"):
       sys.exit(143)  # 128 + SIGTERM: the state was saved; rerunning resumes
