@@ -5,8 +5,8 @@ state donated), memory (XLA's buffer assignment of the step, the peak RSS of a f
 device allocator's peak on GPU/TPU) and FLOPs (XLA cost analysis, achieved FLOP/s, fraction of a
 measured matmul peak), with ratios against the softmax Transformer at the same N and log-log slopes.
 
-  python benchmarks/efficiency.py                       # the full grid (long: run on an idle machine)
-  python benchmarks/efficiency.py --lengths=256 --long_lengths= --steps=2 --repeats=1 \
+  python -m benchmarks.efficiency                       # the full grid (long: run on an idle machine)
+  python -m benchmarks.efficiency --lengths=256 --long_lengths= --steps=2 --repeats=1 \
     --variants=softmax,primalformer --set=model.rank_multi=2 --out=/tmp/bench   # a seconds-long check
 
 Variants: `softmax` (the Transformer with our einsum `SoftmaxAttention`, the reference), `softmax_dpa`
@@ -25,9 +25,9 @@ again), so one variant's allocations cannot inflate another's peak.
 Host allocator (`--allocator`, CPU): XLA's CPU runtime allocates a step's temporaries afresh, and with
 glibc malloc the large ones are mapped and unmapped every step, so page faults dominate the small LRA
 models' steps. `--allocator=tcmalloc` re-executes the run with tcmalloc preloaded (every variant and every
-memory process alike); the allocator is recorded in the outputs. See `primal_jax.host_allocator`.
+memory process alike); the allocator is recorded in the outputs. See `primal_jax.launch.host_allocator`.
 
-Outputs in `--out`: efficiency.json (everything, `primal_jax.benchmarking` result format),
+Outputs in `--out`: efficiency.json (everything, `benchmarks.harness` result format),
 efficiency.md (the tables), efficiency.png (log-log time and memory vs N, slopes in the legend).
 """
 
@@ -54,11 +54,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from primal_jax import benchmarking as bm
-from primal_jax import host_allocator
+from benchmarks import harness as bm
 from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.attention.softmax import SoftmaxAttention
 from primal_jax.initializers import linear_inits
+from primal_jax.launch import host_allocator
 from primal_jax.masks import attention_bias_mask
 from primal_jax.models.builders import build_model
 from primal_jax.training.config_args import load_config
@@ -329,7 +329,7 @@ def run_single(args) -> dict:
 
 
 def single_argv(args, variant: str, seq_len: int) -> list[str]:
-  argv = [sys.executable, str(Path(__file__).resolve()), f"--single={variant}:{seq_len}"]
+  argv = [sys.executable, "-m", "benchmarks.efficiency", f"--single={variant}:{seq_len}"]
   argv += [f"--config={args.config}", f"--task={args.task}", f"--batch_size={args.batch_size}"]
   argv += [f"--num_classes={args.num_classes}", f"--seed={args.seed}", f"--memory_steps={args.memory_steps}"]
   argv += [f"--set={k}={v!r}" for k, v in args.set]

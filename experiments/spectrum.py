@@ -7,7 +7,7 @@ For each run (a workdir written by `experiments.main`: its `config.json` and
 latest checkpoint) the first `num_examples` real examples of `split` go through
 the model once; every Primal layer's induced kernel (Theorem 3.2) and every
 softmax layer's attention matrix is rebuilt per example and head, restricted
-to the real positions, and decomposed (`primal_jax.spectrum`). Writes to --out:
+to the real positions, and decomposed (`primal_jax.analysis.spectrum`). Writes to --out:
 
   explained_variance.png  Figure 1 a-c: cumulative explained variance per layer, mean +- std, one panel per run
   normalized_decay.png    Figure 1 d: sigma_i / sigma_1 per layer, runs overlaid
@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from primal_jax.spectrum import (
+from primal_jax.analysis.spectrum import (
   SPECTRUM_COLLECTION,
   LayerSpectrum,
   collect_matrices,

@@ -3,7 +3,7 @@
   python -m experiments.sweep --sweep=experiments/sweeps/uea.py --workdir=/tmp/uea_sweep
 
 Finished runs are skipped (a second invocation only rewrites the tables); a killed sweep, started again,
-redoes only the run it was in. The work is in `primal_jax.training.sweep`.
+redoes only the run it was in. The work is in `experiments.sweeping`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def run(argv: list[str] | None = None) -> None:
       logging.set_verbosity(logging.WARNING)
     import jax
 
-    from primal_jax.training.sweep import load_sweep, run_sweep
+    from experiments.sweeping import load_sweep, run_sweep
 
     if mode_flag.value == "inline":  # a process setting, so set here and not by the library
       jax.config.update("jax_compilation_cache_dir", f"{workdir_flag.value}/jax_cache")

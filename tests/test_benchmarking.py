@@ -1,38 +1,31 @@
-"""Tests of the efficiency benchmark's helpers (`primal_jax.benchmarking`) and a tiny run of its script.
+"""Tests of the efficiency benchmark's helpers (`benchmarks.harness`) and a tiny run of its script.
 
 No timing is asserted: the numbers depend on the machine. What is checked is the accounting (FLOPs,
 memory, slopes, ratios), the files written, and that the fused-softmax variant computes the same model.
 """
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from primal_jax import benchmarking as bm
-from primal_jax import host_allocator
+from benchmarks import harness as bm
+from primal_jax.launch import host_allocator
 from primal_jax.models.classifier import SequenceClassifier
 from primal_jax.models.config import make_config
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "efficiency.py"
 
 
 @pytest.fixture(scope="module")
 def efficiency():
-  """benchmarks/efficiency.py as a module (benchmarks/ is a script folder, not a package)."""
-  spec = importlib.util.spec_from_file_location("benchmarks_efficiency", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # dataclasses resolve their module by name
-  spec.loader.exec_module(module)
-  yield module
-  sys.modules.pop(spec.name, None)
+  """benchmarks/efficiency.py, the module `python -m benchmarks.efficiency` runs."""
+  from benchmarks import efficiency as module
+
+  return module
 
 
 def test_flops_of_a_matmul_are_2mnk():
@@ -223,8 +216,8 @@ def test_single_mode_reports_process_memory(efficiency, capsys):
 def test_subprocess_memory_is_parsed_from_the_marker_line(efficiency, monkeypatch):
   args = efficiency.parse_args(["--set=model.rank_multi=2", "--single_timeout=5"])
   argv = efficiency.single_argv(args, "softmax", 64)
-  assert argv[1:4] == [str(SCRIPT), "--single=softmax:64", f"--config={args.config}"]
-  assert efficiency.parse_args(argv[2:]).set == args.set  # the child parses what the parent was given
+  assert argv[1:5] == ["-m", "benchmarks.efficiency", "--single=softmax:64", f"--config={args.config}"]
+  assert efficiency.parse_args(argv[3:]).set == args.set  # the child parses what the parent was given
   payload = {"rss": {"peak_delta_bytes": 5}, "device_memory": None}
   replies = iter(
     [

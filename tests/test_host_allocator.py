@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from primal_jax import host_allocator as ha
+from primal_jax.launch import host_allocator as ha
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_ensure_allocator_reexecutes_with_the_library_preloaded(name):
   if ha.find_library(name) is None:
     pytest.skip(f"{name} is not installed here (apt-get install {ha.PACKAGES[name]})")
   code = (
-    "import os, json, sys; from primal_jax import host_allocator as h; "
+    "import os, json, sys; from primal_jax.launch import host_allocator as h; "
     "print('start', flush=True); h.ensure_allocator(sys.argv[1]); "
     "print(json.dumps({'loaded': h.loaded_allocator(), 'argv': sys.argv[1:], 'preload': os.environ['LD_PRELOAD']}))"
   )

@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 
-from primal_jax import demo
+from experiments import demo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

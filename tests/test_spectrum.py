@@ -11,9 +11,7 @@ import numpy_reference as ref
 import pytest
 from attention_utils import normal, padding_mask, random_params
 
-from primal_jax.attention import PrimalAttention, SoftmaxAttention
-from primal_jax.feature_maps import random_feature_projection
-from primal_jax.spectrum import (
+from primal_jax.analysis.spectrum import (
   LayerSpectrum,
   attention_matrices,
   components_for,
@@ -22,6 +20,8 @@ from primal_jax.spectrum import (
   primal_features,
   singular_values,
 )
+from primal_jax.attention import PrimalAttention, SoftmaxAttention
+from primal_jax.feature_maps import random_feature_projection
 
 ROOT = Path(__file__).resolve().parents[1]
 B, N, D, H = 3, 10, 8, 2  # p = 4 per head

@@ -1,4 +1,4 @@
-"""The sweep runner (primal_jax.training.sweep) and the UEA sweep file: planning, hashing, caching,
+"""The sweep runner (experiments.sweeping) and the UEA sweep file: planning, hashing, caching,
 resume after a killed run, and aggregation checked against numpy on hand-written results."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from primal_jax.training.config_args import load_config
-from primal_jax.training.sweep import (
+from experiments.sweeping import (
   RESULT_FILE,
   Cell,
   Run,
@@ -28,6 +27,7 @@ from primal_jax.training.sweep import (
   run_sweep,
   write_results,
 )
+from primal_jax.training.config_args import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "configs" / "uea.py"

@@ -35,8 +35,8 @@ import math
 import os
 from pathlib import Path
 
+from experiments.sweeping import PROTOCOL_TITLE, Cell, Run, Sweep
 from primal_jax.training.config_args import load_module, parse_config_arg
-from primal_jax.training.sweep import PROTOCOL_TITLE, Cell, Run, Sweep
 
 _CONFIG = Path(__file__).resolve().parents[1] / "configs" / "uea.py"
 MODELS = (("Trans.", "softmax"), ("PrimalFormer", "primalformer"), ("Primal.+Trans.", "primal_plus"))

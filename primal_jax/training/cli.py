@@ -14,7 +14,7 @@ def run(argv: list[str] | None = None) -> None:
   from absl import app, flags, logging
   from ml_collections import config_flags
 
-  from primal_jax import host_allocator
+  from primal_jax.launch import host_allocator
   from primal_jax.training.loop import train_and_evaluate
 
   config_flag = config_flags.DEFINE_config_file(

@@ -1,6 +1,6 @@
 """Measurement helpers of the efficiency benchmark (`benchmarks/efficiency.py`, the paper's Table 3).
 
-Kept in the library, separate from the script, so they are importable and tested on their own:
+Separate from the script, so they are importable and tested on their own:
 XLA's FLOP and memory accounting of a compiled step, process and device memory, interleaved timing,
 the machine's matmul peak, log-log scaling fits, the Markdown tables (ratios against a reference
 variant), JSON persistence and the scaling plot.

@@ -6,7 +6,7 @@ step, so each step pays page faults on all of its large temporaries: the
 memory-bound loop fusions of the small LRA models then run at about 1 GB/s.
 tcmalloc keeps freed pages for reuse. On the 2-core development machine it made
 the PrimalFormer LRA step at N = 4096, batch 8, 1.5-2.4x faster and the softmax
-Transformer's about 2.5x faster (`benchmarks/efficiency.py --allocator=...`).
+Transformer's about 2.5x faster (`python -m benchmarks.efficiency --allocator=...`).
 GPU and TPU device memory is not affected.
 
 An allocator can only be chosen when the process starts (`LD_PRELOAD`), so

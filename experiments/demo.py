@@ -1,6 +1,6 @@
 """Build a PrimalFormer, run it on a real batch and print its KSVD terms.
 
-    python -m primal_jax.demo [--seed 0] [--sampling release|padding_aware]
+    python -m experiments.demo [--seed 0] [--sampling release|padding_aware]
 
 The batch is real text that ships with every CPython (the 19 lines of the Zen
 of Python, `this.s`), byte-tokenised and padded, so it needs no download. The
