@@ -166,13 +166,6 @@ def test_pip_success_without_a_wheel(tmp_path, monkeypatch):
     aeon_wheel._download_wheel("1.6.0", tmp_path)
 
 
-def test_default_cache_dir(monkeypatch, tmp_path):
-  monkeypatch.setenv("PRIMAL_JAX_DATA", str(tmp_path / "data"))
-  assert aeon_wheel.default_cache_dir() == tmp_path / "data"
-  monkeypatch.delenv("PRIMAL_JAX_DATA")
-  assert aeon_wheel.default_cache_dir() == Path.home() / ".cache" / "primal_jax"
-
-
 @pytest.mark.skipif(
   os.environ.get("PRIMAL_JAX_NETWORK_TESTS") != "1", reason="set PRIMAL_JAX_NETWORK_TESTS=1 to download aeon from PyPI"
 )

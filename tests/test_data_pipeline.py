@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.pipeline and primal_jax.data.tasks: ordering, host slicing, collation, preprocessing.
+"""Tests of primal_jax.data.pipeline, core, uea and registry: ordering, host slicing, collation, preprocessing.
 
 Most tests run the full UEA pipeline on the real JapaneseVowels files (fetched
 once from the pinned aeon wheel into the default cache, prepared once per
@@ -14,7 +14,7 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import pipeline, tasks
+from primal_jax.data import core, pipeline, registry, uea
 from primal_jax.data.aeon_wheel import DatasetFetchError, fetch_aeon_dataset
 from primal_jax.data.ts_format import load_uea
 from primal_jax.data.uea_tfds import prepare_uea
@@ -116,7 +116,7 @@ def test_batch_size_and_host_errors():
 
 def test_collate_pads_truncates_and_marks_padding():
   examples = toy_split([3, 5, 1], [2, 0, 1], with_index=False)
-  collate = pipeline.Collate(seq_len=4, num_features=3)
+  collate = core.Collate(seq_len=4, num_features=3)
   batch = collate([(0, examples[0]), (1, examples[1]), (-1, None), (2, examples[2])])
   assert {k: (v.dtype, v.shape) for k, v in batch.items()} == {
     "inputs": (np.float32, (4, 4, 3)),
@@ -146,7 +146,7 @@ def test_collate_pads_truncates_and_marks_padding():
 
 def test_batch_format_masks_and_values(make_config, jv_reference):
   train_ref, test_ref = jv_reference
-  p = tasks.get_input_pipeline(make_config(normalization="none"))
+  p = registry.get_input_pipeline(make_config(normalization="none"))
   max_length = int(max(train_ref.lengths.max(), test_ref.lengths.max()))
   assert (p.info.num_classes, p.info.num_features, p.info.seq_len, p.info.max_length) == (9, 12, max_length, 29)
   assert dict(p.info.split_sizes) == {"train": 270, "test": 370}
@@ -171,8 +171,8 @@ def test_batch_format_masks_and_values(make_config, jv_reference):
 
 
 def test_train_epochs_are_deterministic_and_complete(make_config):
-  first = tasks.get_input_pipeline(make_config(seed=7))
-  second = tasks.get_input_pipeline(make_config(seed=7))  # built anew: nothing carried over
+  first = registry.get_input_pipeline(make_config(seed=7))
+  second = registry.get_input_pipeline(make_config(seed=7))  # built anew: nothing carried over
   epochs = []
   for epoch in (0, 1):
     batches = list(first.train_batches(epoch))
@@ -189,7 +189,7 @@ def test_train_epochs_are_deterministic_and_complete(make_config):
 
 
 def test_eval_is_file_order_once(make_config):
-  p = tasks.get_input_pipeline(make_config())
+  p = registry.get_input_pipeline(make_config())
   got = concat(p.eval_batches("test"))
   assert len(got["index"]) == p.num_eval_batches("test") * 32
   np.testing.assert_array_equal(got["index"][:370], np.arange(370))
@@ -200,8 +200,8 @@ def test_eval_is_file_order_once(make_config):
 
 def test_two_hosts_see_the_single_host_global_batches(make_config):
   config = make_config(seed=5)
-  single = tasks.get_input_pipeline(config)
-  hosts = [tasks.get_input_pipeline(config, process_index=p, process_count=2) for p in range(2)]
+  single = registry.get_input_pipeline(config)
+  hosts = [registry.get_input_pipeline(config, process_index=p, process_count=2) for p in range(2)]
   assert all(h.steps_per_epoch == single.steps_per_epoch for h in hosts)
   streams = [
     (single.train_batches(3), [h.train_batches(3) for h in hosts]),
@@ -221,7 +221,7 @@ def test_standardization_matches_float64_numpy(make_config, jv_reference):
   train_ref, test_ref = jv_reference
   all_steps = np.concatenate(train_ref.series).astype(np.float64)  # [sum of lengths, 12]
   mean, std = all_steps.mean(0), all_steps.std(0, ddof=1)  # pandas' std, as the release
-  p = tasks.get_input_pipeline(make_config())
+  p = registry.get_input_pipeline(make_config())
   np.testing.assert_allclose(p.transform.mean, mean, rtol=1e-12)
   np.testing.assert_allclose(p.transform.scale, std, rtol=1e-12)
   for batch in p.eval_batches("test"):  # train statistics on the test split
@@ -233,7 +233,7 @@ def test_standardization_matches_float64_numpy(make_config, jv_reference):
 
 def test_fixed_seq_len_truncates(make_config, jv_reference):
   train_ref, _ = jv_reference
-  p = tasks.get_input_pipeline(make_config(seq_len=10, normalization="none"))
+  p = registry.get_input_pipeline(make_config(seq_len=10, normalization="none"))
   assert p.info.seq_len == 10 and p.info.max_length == 29
   got = concat(p.eval_batches("train"))
   for row, i in enumerate(got["index"][:270]):
@@ -244,7 +244,7 @@ def test_fixed_seq_len_truncates(make_config, jv_reference):
 
 def test_validation_split_is_stratified_disjoint_and_covering(make_config, jv_reference):
   train_ref, _ = jv_reference
-  p = tasks.get_input_pipeline(make_config(val_fraction=0.1, seed=0))
+  p = registry.get_input_pipeline(make_config(val_fraction=0.1, seed=0))
   assert dict(p.info.split_sizes) == {"train": 243, "validation": 27, "test": 370}
   train_idx = real(concat(p.eval_batches("train")))
   val_idx = real(concat(p.eval_batches("validation")))
@@ -259,31 +259,31 @@ def test_validation_split_is_stratified_disjoint_and_covering(make_config, jv_re
   np.testing.assert_allclose(p.transform.mean, rest.mean(0), rtol=1e-12)
   np.testing.assert_allclose(p.transform.scale, rest.std(0, ddof=1), rtol=1e-12)
 
-  same = tasks.get_input_pipeline(make_config(val_fraction=0.1, seed=0))
+  same = registry.get_input_pipeline(make_config(val_fraction=0.1, seed=0))
   np.testing.assert_array_equal(real(concat(same.eval_batches("validation"))), val_idx)
-  other = tasks.get_input_pipeline(make_config(val_fraction=0.1, seed=1))
+  other = registry.get_input_pipeline(make_config(val_fraction=0.1, seed=1))
   assert not np.array_equal(real(concat(other.eval_batches("validation"))), val_idx)
 
 
 def test_registry_and_config_errors(make_config):
-  assert {"uea", "listops"} <= set(tasks.INPUT_PIPELINES)
+  assert {"uea", "listops"} <= set(registry.INPUT_PIPELINES)
   with pytest.raises(TypeError):
-    tasks.INPUT_PIPELINES["lra"] = tasks.make_uea_pipeline
-  registered = ", ".join(sorted(tasks.INPUT_PIPELINES))
+    registry.INPUT_PIPELINES["lra"] = uea.make_uea_pipeline
+  registered = ", ".join(sorted(registry.INPUT_PIPELINES))
   with pytest.raises(ValueError, match=f"unknown task 'lra'; registered tasks: {registered}$"):
-    tasks.get_input_pipeline(make_config(task="lra"))
+    registry.get_input_pipeline(make_config(task="lra"))
   config = make_config()
   del config.seed
   with pytest.raises(ValueError, match="data_config has no attribute 'seed'"):
-    tasks.get_input_pipeline(config)
+    registry.get_input_pipeline(config)
   with pytest.raises(ValueError, match="normalization must be one of standardization, none, got 'minmax'"):
-    tasks.get_input_pipeline(make_config(normalization="minmax"))
+    registry.get_input_pipeline(make_config(normalization="minmax"))
   with pytest.raises(ValueError, match=r"val_fraction must lie in \[0, 1\), got 1.0"):
-    tasks.get_input_pipeline(make_config(val_fraction=1.0))
+    registry.get_input_pipeline(make_config(val_fraction=1.0))
   with pytest.raises(ValueError, match="seq_len must be a non-negative integer, got -3"):
-    tasks.get_input_pipeline(make_config(seq_len=-3))
+    registry.get_input_pipeline(make_config(seq_len=-3))
   with pytest.raises(ValueError, match="global batch size 16 is not divisible by process_count=3"):
-    tasks.get_input_pipeline(make_config(), process_index=0, process_count=3)
+    registry.get_input_pipeline(make_config(), process_index=0, process_count=3)
 
 
 # ---- edge cases on lists of dicts ----
@@ -293,7 +293,7 @@ def toy_pipeline(train, test, **overrides):
   hosts = {"process_index": overrides.pop("process_index", 0), "process_count": overrides.pop("process_count", 1)}
   values = dict(task="uea", dataset="Toy", source="unused", batch_size=8, eval_batch_size=8, seed=0, **overrides)
   config = types.SimpleNamespace(**values)
-  return tasks.pipeline_from_splits("Toy", {"train": train, "test": test}, ("a", "b", "c"), config, **hosts)
+  return uea.pipeline_from_splits("Toy", {"train": train, "test": test}, ("a", "b", "c"), config, **hosts)
 
 
 def test_a_host_may_get_only_padding():
@@ -317,10 +317,10 @@ def test_non_finite_values_name_dataset_split_and_example():
 
 def test_validation_split_edge_cases():
   labels = np.array([0, 1, 2, 3, 3, 3, 3, 3])  # three singleton classes cannot be stratified
-  train, val = tasks.validation_split(labels, 0.5, seed=0)
+  train, val = uea.validation_split(labels, 0.5, seed=0)
   assert len(val) == 4 and not set(train) & set(val)
   np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), np.arange(8))
-  train, val = tasks.validation_split(np.array([0, 0, 1, 1]), 0.01, seed=0)
+  train, val = uea.validation_split(np.array([0, 0, 1, 1]), 0.01, seed=0)
   assert len(val) == 1 and len(train) == 3  # at least one validation case
   with pytest.raises(ValueError, match="at least 2 training cases"):
-    tasks.validation_split(np.array([0]), 0.5, seed=0)
+    uea.validation_split(np.array([0]), 0.5, seed=0)

@@ -12,8 +12,9 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import listops, tasks
+from primal_jax.data import listops, registry
 from primal_jax.data.listops import ListOpsParams, evaluate_listops, listops_text, tokenize_listops
+from primal_jax.data.listops import input_pipeline as listops_input_pipeline
 
 SMALL = {"min_length": 20, "max_length": 200}
 
@@ -184,7 +185,7 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     raise AssertionError("a cached dataset was generated again")
 
   with monkeypatch.context() as m:
-    m.setattr(listops, "generate_listops_splits", no_generation)
+    m.setattr(listops_input_pipeline, "generate_listops_splits", no_generation)
     again = listops.load_listops_splits(sizes, seed=0, params=params, cache_dir=tmp_path)
   for name in first:
     for field in ("tokens", "offsets", "labels"):
@@ -304,7 +305,7 @@ def check_batches(batches, source, seq_len) -> list[int]:
 
 def test_pipeline_batches_cover_every_example_once(tmp_path):
   config = make_config(tmp_path)
-  pipe = tasks.get_input_pipeline(config)
+  pipe = registry.get_input_pipeline(config)
   info = pipe.info
   assert (info.num_classes, info.vocab_size, info.seq_len, info.class_names) == (10, 16, 160, listops.CLASS_NAMES)
   assert dict(info.split_sizes) == {"train": 45, "validation": 10, "test": 13}
@@ -319,26 +320,26 @@ def test_pipeline_batches_cover_every_example_once(tmp_path):
     assert check_batches(batches, pipe.sources[split], 160) == list(range(n))  # source order
 
   # Two hosts together see the one-host global batches.
-  hosts = [tasks.get_input_pipeline(config, process_index=p, process_count=2) for p in (0, 1)]
+  hosts = [registry.get_input_pipeline(config, process_index=p, process_count=2) for p in (0, 1)]
   one = list(pipe.train_batches(0))
   for step, parts in enumerate(zip(*(h.train_batches(0) for h in hosts), strict=True)):
     np.testing.assert_array_equal(np.concatenate([p["index"] for p in parts]), one[step]["index"])
 
 
 def test_pipeline_seq_len_zero_takes_the_longest_and_truncation_keeps_the_prefix(tmp_path):
-  pipe = tasks.get_input_pipeline(make_config(tmp_path, seq_len=0, num_validation=0))
+  pipe = registry.get_input_pipeline(make_config(tmp_path, seq_len=0, num_validation=0))
   longest = max(int(pipe.sources[s].lengths.max()) for s in ("train", "test"))
   assert pipe.info.seq_len == longest and "validation" not in pipe.sources
-  short = tasks.get_input_pipeline(make_config(tmp_path, seq_len=16))
+  short = registry.get_input_pipeline(make_config(tmp_path, seq_len=16))
   batch = next(iter(short.eval_batches("test")))
   check_batches([batch], short.sources["test"], 16)
   assert batch["mask"].all()
 
 
 def test_pipeline_data_seed_fixes_the_dataset_apart_from_the_order_seed(tmp_path):
-  a = tasks.get_input_pipeline(make_config(tmp_path, seed=0, data_seed=7))
-  b = tasks.get_input_pipeline(make_config(tmp_path, seed=1, data_seed=7))
-  c = tasks.get_input_pipeline(make_config(tmp_path, seed=1))
+  a = registry.get_input_pipeline(make_config(tmp_path, seed=0, data_seed=7))
+  b = registry.get_input_pipeline(make_config(tmp_path, seed=1, data_seed=7))
+  c = registry.get_input_pipeline(make_config(tmp_path, seed=1))
   np.testing.assert_array_equal(a.sources["train"].tokens, b.sources["train"].tokens)
   assert not np.array_equal(b.sources["train"].labels, c.sources["train"].labels)
 
@@ -347,10 +348,10 @@ def test_pipeline_config_errors(tmp_path):
   config = make_config(tmp_path)
   del config.batch_size
   with pytest.raises(ValueError, match="batch_size"):
-    tasks.get_input_pipeline(config)
+    registry.get_input_pipeline(config)
   with pytest.raises(ValueError, match="num_train must be a positive integer"):
-    tasks.get_input_pipeline(make_config(tmp_path, num_train=0))
+    registry.get_input_pipeline(make_config(tmp_path, num_train=0))
   with pytest.raises(ValueError, match="num_test must be a non-negative integer"):
-    tasks.get_input_pipeline(make_config(tmp_path, num_test=-1))
+    registry.get_input_pipeline(make_config(tmp_path, num_test=-1))
   with pytest.raises(ValueError, match="max_depth must be >= 2"):
-    tasks.get_input_pipeline(make_config(tmp_path, max_depth=1))
+    registry.get_input_pipeline(make_config(tmp_path, max_depth=1))

@@ -14,7 +14,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from primal_jax.data import lra_catalog, tasks
+from primal_jax.data import lra_catalog, registry
 from primal_jax.data.lra_catalog import BYTE_VOCAB_SIZE, byte_tokens, catalog_splits, holdout_tail, lra_settings
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -79,7 +79,7 @@ def test_settings_from_config_dict_and_namespace(tmp_path):
 
 
 def test_registry_has_the_lra_tasks():
-  assert {"lra_image", "lra_text", "lra_retrieval"} <= set(tasks.INPUT_PIPELINES)
+  assert {"lra_image", "lra_text", "lra_retrieval"} <= set(registry.INPUT_PIPELINES)
 
 
 def test_catalog_splits_from_mock_data(tmp_path):

@@ -23,19 +23,12 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import lra_image, tasks
-from primal_jax.data.aeon_wheel import DatasetFetchError, default_cache_dir
+from primal_jax.data import debian, fashion_mnist, lra_image, registry
+from primal_jax.data.cache import DatasetFetchError, default_cache_dir
+from primal_jax.data.debian import DebianFetchUnavailable, DebianPackage, fetch_deb_files
+from primal_jax.data.fashion_mnist import load_fashion_mnist, parse_idx
 from primal_jax.data.lra_catalog import catalog_splits
-from primal_jax.data.lra_image import (
-  DebianFetchUnavailable,
-  DebianPackage,
-  fetch_deb_files,
-  image_tokens,
-  load_fashion_mnist,
-  make_lra_image_pipeline,
-  parse_idx,
-  rgb_to_grayscale,
-)
+from primal_jax.data.lra_image import image_tokens, make_lra_image_pipeline, rgb_to_grayscale
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
@@ -153,7 +146,7 @@ def no_apt(package, dest_dir):
 
 def test_fetch_deb_files_from_mirror_when_apt_fails(tmp_path, monkeypatch, fake_package):
   package, pinned, contents, mirror = fake_package
-  monkeypatch.setattr(lra_image, "_apt_get_download", no_apt)
+  monkeypatch.setattr(debian, "_apt_get_download", no_apt)
   out = fetch_deb_files(package, "usr/share/x", pinned, tmp_path / "cache", mirror=mirror.as_uri())
   assert out == tmp_path / "cache"
   assert {p.name: p.read_bytes() for p in out.iterdir()} == contents  # decompressed, only the pinned files
@@ -161,7 +154,7 @@ def test_fetch_deb_files_from_mirror_when_apt_fails(tmp_path, monkeypatch, fake_
   def fail(*args, **kwargs):
     raise AssertionError("cached files must not be downloaded again")
 
-  monkeypatch.setattr(lra_image, "download_deb", fail)
+  monkeypatch.setattr(debian, "download_deb", fail)
   assert fetch_deb_files(package, "usr/share/x", pinned, out) == out
 
 
@@ -178,7 +171,7 @@ def test_fetch_deb_files_from_local_deb_and_checksum_errors(tmp_path, monkeypatc
   with pytest.raises(DatasetFetchError, match=r"has no usr/share/x/c\(.gz\)"):
     fetch_deb_files(package, "usr/share/x", {"c": "0" * 64}, tmp_path / "c", deb_path=deb_path)
 
-  monkeypatch.setattr(lra_image, "_apt_get_download", no_apt)
+  monkeypatch.setattr(debian, "_apt_get_download", no_apt)
   wrong_deb = DebianPackage("fake", "1.0-1", package.pool_path, "f" * 64, package.size)
   with pytest.raises(DatasetFetchError, match="sha256 .*, pinned f{64}") as err:
     fetch_deb_files(wrong_deb, "usr/share/x", pinned, tmp_path / "wrong", mirror=mirror.as_uri())
@@ -203,7 +196,7 @@ def fashion_mnist_dir(tmp_path_factory):
   except (FileNotFoundError, ValueError):
     pass
   try:
-    return lra_image.fetch_fashion_mnist(tmp_path_factory.mktemp("primal_jax_cache"))
+    return fashion_mnist.fetch_fashion_mnist(tmp_path_factory.mktemp("primal_jax_cache"))
   except DebianFetchUnavailable as e:
     pytest.skip(f"Debian package registry unreachable (apt-get download and the mirror both failed): {e}")
 
@@ -222,7 +215,7 @@ def test_fashion_mnist_pipeline(fashion_mnist_dir):
   images, labels = load_fashion_mnist("train", fashion_mnist_dir)
   test_images, test_labels = load_fashion_mnist("test", fashion_mnist_dir)
   cfg = config(source=str(fashion_mnist_dir), batch_size=4096, eval_batch_size=4096)
-  p = tasks.get_input_pipeline(cfg)
+  p = registry.get_input_pipeline(cfg)
   assert p.info.name == "fashion_mnist" and (p.info.seq_len, p.info.vocab_size, p.info.num_classes) == (784, 257, 10)
   assert dict(p.info.split_sizes) == {"train": 54000, "validation": 6000, "test": 10000}
 
@@ -257,7 +250,7 @@ def test_fashion_mnist_pipeline(fashion_mnist_dir):
 def test_fashion_mnist_directory_errors(tmp_path, fashion_mnist_dir):
   with pytest.raises(FileNotFoundError, match=r"train-images-idx3-ubyte nor .*\.gz exists; fetch_fashion_mnist"):
     make_lra_image_pipeline(config(source=str(tmp_path)))
-  for name in lra_image.FASHION_MNIST_FILES:  # train files plain, test files gzipped: both are read
+  for name in fashion_mnist.FASHION_MNIST_FILES:  # train files plain, test files gzipped: both are read
     data = (fashion_mnist_dir / name).read_bytes()
     if name.startswith("t10k"):
       (tmp_path / f"{name}.gz").write_bytes(gzip.compress(data, compresslevel=1))

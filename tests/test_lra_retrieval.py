@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from primal_jax.data import tasks
+from primal_jax.data import registry
 from primal_jax.data.lra_retrieval import AAN_FILES, make_lra_retrieval_pipeline, read_aan_split
 
 TRAIN = [
@@ -59,7 +59,7 @@ def padded(text: str, seq_len: int) -> np.ndarray:
 
 
 def test_retrieval_pipeline(aan_dir):
-  p = tasks.get_input_pipeline(config(aan_dir))
+  p = registry.get_input_pipeline(config(aan_dir))
   assert p.info.name == "aan" and (p.info.seq_len, p.info.vocab_size, p.info.num_classes) == (4000, 257, 2)
   assert dict(p.info.split_sizes) == {"train": 5, "validation": 2, "test": 3}
   epoch = concat(p.train_batches(0))

@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import tasks
+from primal_jax.data import registry
 from primal_jax.data.lra_text import IMDB_CLASSES, make_lra_text_pipeline
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -32,7 +32,7 @@ def config(**overrides):
 
 def test_text_pipeline_from_mock_data(tmp_path):
   with tfds.testing.mock_data(num_examples=10):
-    p = tasks.get_input_pipeline(config(data_dir=str(tmp_path)))
+    p = registry.get_input_pipeline(config(data_dir=str(tmp_path)))
     mock = tfds.data_source("imdb_reviews", split="train")
     texts = [mock[i]["text"] for i in range(10)]
     labels = np.array([int(mock[i]["label"]) for i in range(10)])

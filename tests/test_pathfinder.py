@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from primal_jax.data import pathfinder as pf
+from primal_jax.data.pathfinder import input_pipeline as pf_input_pipeline
 
 PER_LEVEL = 240
 
@@ -252,10 +253,10 @@ def test_png_bad_input_raises(tmp_path):
 
 
 def test_pipeline_batches(cache):
-  from primal_jax.data import tasks
+  from primal_jax.data import registry
 
   config = make_config()
-  p = tasks.get_input_pipeline(config)
+  p = registry.get_input_pipeline(config)
   info = p.info
   assert info.name == "pathfinder" and info.vocab_size == 257 and info.seq_len == 1024 and info.num_classes == 2
   assert info.class_names == ("disconnected", "connected")
@@ -290,7 +291,7 @@ def test_pipeline_caches_splits(cache, monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError("a cached split was generated again")
 
-  monkeypatch.setattr(pf, "generate_pathfinder", refuse)
+  monkeypatch.setattr(pf_input_pipeline, "generate_pathfinder", refuse)
   again = pf.make_pathfinder_pipeline(make_config(seed=5, data_seed=0))  # another epoch order, same images
   for split in ("train", "validation", "test"):
     np.testing.assert_array_equal(first.sources[split].images, again.sources[split].images)
@@ -324,7 +325,7 @@ def test_split_left_out_and_defaults(cache, monkeypatch):
     calls.append((split, n, difficulty, contour_length, num_distractors))
     return np.zeros((4, 32, 32), np.uint8), np.array([0, 1, 0, 1])
 
-  monkeypatch.setattr(pf, "load_or_generate_split", fake)
+  monkeypatch.setattr(pf_input_pipeline, "load_or_generate_split", fake)
   config = make_config()
   for key in ("difficulty", "num_train", "num_validation", "num_test"):
     delattr(config, key)

@@ -245,7 +245,7 @@ HONEST = {
 
 def count_eval_batches(monkeypatch) -> dict[str, int]:
   """Counts how often each split is read for evaluation (every InputPipeline.eval_batches call)."""
-  from primal_jax.data.tasks import InputPipeline
+  from primal_jax.data.core import InputPipeline
 
   counts: dict[str, int] = {}
   original = InputPipeline.eval_batches

@@ -128,7 +128,7 @@ def test_docstring_states_the_papers_table1():
 
 
 def test_a_missing_archive_names_the_missing_files(tmp_path):
-  from primal_jax.data.tasks import get_input_pipeline
+  from primal_jax.data.registry import get_input_pipeline
 
   config = load_config(f"{CONFIG}:dataset=Heartbeat", lock=False)
   config.data.source = str(tmp_path / "Multivariate2018_ts")

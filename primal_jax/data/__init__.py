@@ -1,28 +1,33 @@
-"""Data loading for the paper's experiments, kept free of JAX so it runs anywhere numpy does.
+"""Data loading for the paper's experiments: numpy data sources, batched per host by grain.
 
-`ts_format` parses the sktime/UEA `.ts` files of the UEA multivariate time-series
-classification archive (the paper's Table 1); `aeon_wheel` obtains the few of
-those files that ship inside the `aeon` wheel on PyPI (JapaneseVowels,
-BasicMotions), so the default experiment needs no download beyond the package
-registry.
+Layout (dependencies point down this list; only `registry` knows the tasks):
 
-`uea_tfds` prepares a UEA problem as TFDS ArrayRecord files (read with numpy,
-no TensorFlow); `pipeline` batches any random-access source deterministically
-across hosts with grain; `tasks` is the registry from task name to
-`InputPipeline` (`get_input_pipeline(data_config)`).
+  registry        task name -> pipeline factory; `get_input_pipeline(data_config)`, `register_task`
+  uea, listops, pathfinder, lra_image, lra_text, lra_retrieval, text_bytes
+                  the tasks: each turns its data into sources and returns an `InputPipeline`
+  token_tasks     `token_pipeline`, shared by the token-sequence (LRA) tasks
+  core            `DatasetInfo`, `InputPipeline` and the collators
+  pipeline        deterministic multi-host orders and grain batching
+  lra_catalog, uea_tfds, uea_archive, ts_format, aeon_wheel, fashion_mnist, debian
+                  obtaining and parsing data
+  cache, checks   the cache directory, atomic writes, checksums; argument checks
 
-The names below are imported on first use, so `ts_format` and `aeon_wheel`
-work without the `data` extra (tensorflow-datasets, grain).
+`ts_format`, `uea_archive` and `aeon_wheel`, and ListOps and Pathfinder
+generation, need neither grain nor TensorFlow; the names below are imported on
+first use, so importing this package costs nothing.
 """
 
 import importlib
 
 _LAZY_EXPORTS = {
-  "DatasetInfo": "tasks",
-  "INPUT_PIPELINES": "tasks",
-  "InputPipeline": "tasks",
-  "get_input_pipeline": "tasks",
-  "make_uea_pipeline": "tasks",
+  "DatasetInfo": "core",
+  "INPUT_PIPELINES": "registry",
+  "InputPipeline": "core",
+  "get_input_pipeline": "registry",
+  "register_task": "registry",
+  "registered_task": "registry",
+  "unregister_task": "registry",
+  "make_uea_pipeline": "uea",
   "UeaClassification": "uea_tfds",
   "prepare_uea": "uea_tfds",
 }

@@ -9,15 +9,13 @@ nothing but the registry, without installing aeon or its dependencies.
 
 Every extracted file is checked against a SHA-256 pinned here, so a different
 wheel build can never change the data under an experiment; a mismatch writes
-nothing. Files land atomically (temporary file + `os.replace`) in the UEA
+nothing. Files land atomically (`cache.write_atomically`) in the UEA
 archive layout, `<cache_dir>/<Name>/<Name>_TRAIN.ts` and `_TEST.ts`, so
 `ts_format.load_uea_split(cache_dir, name, split)` reads them directly.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,6 +23,7 @@ import warnings
 import zipfile
 from pathlib import Path
 
+from primal_jax.data.cache import DatasetFetchError, cache_root, sha256_bytes, sha256_file, write_atomically
 from primal_jax.data.ts_format import Missing, TimeSeriesDataset, load_uea_split
 
 AEON_VERSION = "1.6.0"
@@ -44,36 +43,13 @@ AEON_DATASETS: dict[str, dict[str, str]] = {
   },
 }
 
-CACHE_ENV = "PRIMAL_JAX_DATA"
 _PIP_TIMEOUT_S = 900
 _STDERR_TAIL_CHARS = 2000
-
-
-class DatasetFetchError(RuntimeError):
-  """The wheel could not be downloaded, lacked a member, or a member failed its checksum."""
-
-
-def default_cache_dir() -> Path:
-  """`$PRIMAL_JAX_DATA` if set, else `~/.cache/primal_jax`."""
-  env = os.environ.get(CACHE_ENV)
-  return Path(env).expanduser() if env else Path.home() / ".cache" / "primal_jax"
 
 
 def member_path(name: str, file_name: str) -> str:
   """Path of a dataset file inside the aeon wheel."""
   return f"aeon/datasets/data/{name}/{file_name}"
-
-
-def _sha256_bytes(data: bytes) -> str:
-  return hashlib.sha256(data).hexdigest()
-
-
-def _sha256_file(path: Path) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def _pinned(name: str) -> dict[str, str]:
@@ -114,22 +90,8 @@ def _download_wheel(version: str, dest_dir: Path) -> Path:
   return wheels[0]
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-  """Writes via a temporary file in the same directory and os.replace, so readers never see half a file."""
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    Path(tmp).unlink(missing_ok=True)
-    raise
-
-
 def _cached_ok(dataset_dir: Path, pinned: dict[str, str]) -> bool:
-  return all((dataset_dir / f).is_file() and _sha256_file(dataset_dir / f) == sha for f, sha in pinned.items())
+  return all((dataset_dir / f).is_file() and sha256_file(dataset_dir / f) == sha for f, sha in pinned.items())
 
 
 def fetch_aeon_dataset(name: str, cache_dir: str | Path | None = None, *, version: str = AEON_VERSION) -> Path:
@@ -146,7 +108,7 @@ def fetch_aeon_dataset(name: str, cache_dir: str | Path | None = None, *, versio
       from the wheel, or a member's checksum differs from the pinned one.
   """
   pinned = _pinned(name)
-  cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+  cache_dir = cache_root(cache_dir)
   dataset_dir = cache_dir / name
   if _cached_ok(dataset_dir, pinned):
     return dataset_dir
@@ -162,7 +124,7 @@ def fetch_aeon_dataset(name: str, cache_dir: str | Path | None = None, *, versio
           if member not in members:
             raise DatasetFetchError(f"{wheel.name} has no member {member}; expected it in aeon=={version}")
           data = archive.read(member)
-          actual = _sha256_bytes(data)
+          actual = sha256_bytes(data)
           if actual != sha:
             raise DatasetFetchError(
               f"checksum mismatch for {member} in {wheel.name}: sha256 {actual}, pinned {sha}; nothing was written"
@@ -174,13 +136,13 @@ def fetch_aeon_dataset(name: str, cache_dir: str | Path | None = None, *, versio
   dataset_dir.mkdir(parents=True, exist_ok=True)
   for file_name, data in contents.items():
     target = dataset_dir / file_name
-    if target.is_file() and _sha256_file(target) == pinned[file_name]:
+    if target.is_file() and sha256_file(target) == pinned[file_name]:
       continue
     if target.exists():
       warnings.warn(
         f"replacing {target}: its sha256 differs from the pinned aeon=={version} file", RuntimeWarning, stacklevel=2
       )
-    _write_atomically(target, data)
+    write_atomically(target, data)
   return dataset_dir
 
 

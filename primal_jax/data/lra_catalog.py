@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from primal_jax.data import pipeline
-from primal_jax.data.aeon_wheel import DatasetFetchError, default_cache_dir
+from primal_jax.data.cache import DatasetFetchError, default_data_dir
+from primal_jax.data.checks import check_fraction, check_nonnegative_int, check_positive_int, require_keys
 from primal_jax.data.pipeline import Example, Subset
 
 # Ids 1..256 are a byte (or pixel) value + 1; id 0 is padding.
@@ -39,11 +39,6 @@ TEXT_MAX_LENGTH = 4000
 ARRAY_RECORD = "array_record"
 
 
-def default_data_dir() -> Path:
-  """`<default_cache_dir()>/tfds`, the TFDS data_dir shared with the UEA pipeline."""
-  return default_cache_dir() / "tfds"
-
-
 def byte_tokens(text: bytes | str, max_length: int) -> np.ndarray:
   """int32 [min(len(bytes), max_length)]: the first `max_length` bytes of `text` (UTF-8 if str), each + 1.
 
@@ -52,7 +47,7 @@ def byte_tokens(text: bytes | str, max_length: int) -> np.ndarray:
   padding id, [0]: LRA fed such a document as all padding, and the collator
   needs one position to keep masked pooling defined.
   """
-  max_length = pipeline.check_positive_int(max_length, "max_length")
+  max_length = check_positive_int(max_length, "max_length")
   data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
   if not data:
     return np.zeros(1, dtype=np.int32)
@@ -70,20 +65,6 @@ def config_value(data_config: Any, key: str, default: Any = None) -> Any:
   return value
 
 
-def check_batch_sizes(data_config: Any, task: str) -> None:
-  """Names the missing key up front rather than failing later inside InputPipeline."""
-  for key in ("batch_size", "eval_batch_size"):
-    if config_value(data_config, key) is None:
-      raise ValueError(f"data_config has no {key!r}; the {task} task needs batch_size and eval_batch_size")
-
-
-def check_val_fraction(value: Any) -> float:
-  fraction = float(value)
-  if not 0.0 <= fraction < 1.0:
-    raise ValueError(f"val_fraction must lie in [0, 1), got {value!r}")
-  return fraction
-
-
 def holdout_tail(source: Sequence[Example], fraction: float) -> tuple[Subset, Subset]:
   """(train, validation): the first and the last round(fraction * n) examples of `source`, in order.
 
@@ -95,7 +76,7 @@ def holdout_tail(source: Sequence[Example], fraction: float) -> tuple[Subset, Su
   n = len(source)
   if n < 2:
     raise ValueError(f"a validation split needs at least 2 training examples, got {n}")
-  num_val = min(max(round(check_val_fraction(fraction) * n), 1), n - 1)
+  num_val = min(max(round(check_fraction(fraction, "val_fraction") * n), 1), n - 1)
   boundary = n - num_val
   return Subset(source, np.arange(boundary, dtype=np.int64)), Subset(source, np.arange(boundary, n, dtype=np.int64))
 
@@ -159,14 +140,14 @@ class LraSettings:
 
 def lra_settings(data_config: Any, task: str, *, dataset: str, seq_len: int, val_fraction: float) -> LraSettings:
   """Reads and checks the optional keys; `dataset`, `seq_len` and `val_fraction` are the task's defaults."""
-  check_batch_sizes(data_config, task)
+  require_keys(data_config, ("batch_size", "eval_batch_size"), task)  # named up front, not deep in InputPipeline
   source = config_value(data_config, "source")
   data_dir = config_value(data_config, "data_dir")
   return LraSettings(
     dataset=str(config_value(data_config, "dataset", dataset)),
     source=str(source) if source is not None else None,
     data_dir=Path(data_dir).expanduser() if data_dir is not None else default_data_dir(),
-    seq_len=pipeline.check_nonnegative_int(config_value(data_config, "seq_len", seq_len), "seq_len"),
-    val_fraction=check_val_fraction(config_value(data_config, "val_fraction", val_fraction)),
+    seq_len=check_nonnegative_int(config_value(data_config, "seq_len", seq_len), "seq_len"),
+    val_fraction=check_fraction(config_value(data_config, "val_fraction", val_fraction), "val_fraction"),
     download=bool(config_value(data_config, "download", True)),
   )

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from primal_jax.data import pipeline
+from primal_jax.data.checks import check_positive_int
+from primal_jax.data.core import InputPipeline
 from primal_jax.data.lra_catalog import BYTE_VOCAB_SIZE, TEXT_MAX_LENGTH, byte_tokens, lra_settings
-from primal_jax.data.tasks import InputPipeline
 from primal_jax.data.token_tasks import token_pipeline
 
 AAN_FILES: Mapping[str, str] = types.MappingProxyType(
@@ -105,7 +105,7 @@ def read_aan_split(path: str | Path, max_length: int = TEXT_MAX_LENGTH) -> AanPa
       message names the file and line.
   """
   path = Path(path)
-  max_length = pipeline.check_positive_int(max_length, "max_length")
+  max_length = check_positive_int(max_length, "max_length")
   offsets, lengths, labels = [], [], []
   offset = 0
   with open(path, "rb") as f:

@@ -20,7 +20,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from primal_jax.data import pipeline
+from primal_jax.data.checks import check_positive_int
+from primal_jax.data.core import InputPipeline
 from primal_jax.data.lra_catalog import (
   BYTE_VOCAB_SIZE,
   TEXT_MAX_LENGTH,
@@ -30,7 +31,6 @@ from primal_jax.data.lra_catalog import (
   lra_settings,
 )
 from primal_jax.data.pipeline import Example
-from primal_jax.data.tasks import InputPipeline
 from primal_jax.data.token_tasks import token_pipeline
 
 TEXT_DATASETS: tuple[str, ...] = ("imdb_reviews",)
@@ -45,7 +45,7 @@ class CatalogTextSource(Sequence):
   max_length: int
 
   def __post_init__(self) -> None:
-    pipeline.check_positive_int(self.max_length, "max_length")
+    check_positive_int(self.max_length, "max_length")
 
   def __len__(self) -> int:
     return len(self.source)

@@ -25,6 +25,8 @@ from typing import Any
 import grain
 import numpy as np
 
+from primal_jax.data.checks import check_nonnegative_int, check_positive_int
+
 PAD_INDEX = -1
 # Separate streams of randomness for the per-epoch orders and the validation split drawn from one seed.
 TRAIN_ORDER_STREAM = 1
@@ -34,18 +36,8 @@ DEFAULT_READ_OPTIONS = grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)
 
 Example = Mapping[str, Any]
 Transform = Callable[[Example], Example]
-
-
-def check_nonnegative_int(value: Any, name: str) -> int:
-  if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-    raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-  return int(value)
-
-
-def check_positive_int(value: Any, name: str) -> int:
-  if check_nonnegative_int(value, name) == 0:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
-  return int(value)
+# (position, example or None for a padding row) pairs of one local batch -> the batch (`core.Collate` and kin).
+Collator = Callable[[Sequence[tuple[int, Example | None]]], Any]
 
 
 def local_batch_size(global_batch_size: int, process_count: int) -> int:
@@ -102,104 +94,6 @@ def host_rows(order: np.ndarray, global_batch_size: int, process_index: int, pro
 
 
 @dataclasses.dataclass(frozen=True)
-class Collate:
-  """Stacks (position, example or None) pairs into a batch of fixed shape [b, seq_len, C].
-
-  A padding entry (None) becomes one zero time step with mask True, label 0,
-  weight 0 and index -1: weight 0 removes it from every weighted loss and
-  metric, and its one unmasked step keeps masked pooling and attention from
-  dividing by zero (as `ts_format.pad_batch` refuses empty series). Series
-  longer than `seq_len` keep their first `seq_len` steps.
-  """
-
-  seq_len: int
-  num_features: int
-
-  def __post_init__(self) -> None:
-    check_positive_int(self.seq_len, "seq_len")
-    check_positive_int(self.num_features, "num_features")
-
-  def __call__(self, items: Sequence[tuple[int, Example | None]]) -> dict[str, np.ndarray]:
-    b = len(items)
-    inputs = np.zeros((b, self.seq_len, self.num_features), dtype=np.float32)  # [b, seq_len, C]
-    mask = np.zeros((b, self.seq_len), dtype=bool)  # [b, seq_len], True at real steps
-    label = np.zeros(b, dtype=np.int32)  # [b]
-    weight = np.zeros(b, dtype=np.float32)  # [b]
-    index = np.full(b, PAD_INDEX, dtype=np.int64)  # [b]
-    for row, (position, example) in enumerate(items):
-      if example is None:
-        mask[row, 0] = True
-        continue
-      values = np.asarray(example["values"])  # [length, C]
-      index[row] = int(example.get("index", position))
-      if values.ndim != 2 or values.shape[1] != self.num_features or values.shape[0] == 0:
-        raise ValueError(
-          f"example {index[row]}: values must have shape [length >= 1, {self.num_features}], got {values.shape}"
-        )
-      if not np.isfinite(values).all():
-        raise ValueError(f"example {index[row]} has NaN or infinite values; they must not reach the model")
-      n = min(values.shape[0], self.seq_len)
-      inputs[row, :n] = values[:n]
-      mask[row, :n] = True
-      label[row] = int(example["label"])
-      weight[row] = 1.0
-    return {"inputs": inputs, "mask": mask, "label": label, "weight": weight, "index": index}
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenCollate:
-  """Stacks (position, example or None) pairs of token sequences into fixed-shape batches.
-
-  Examples are {"tokens": int [length], "label": int, "index": int} (plus
-  "tokens2" for two-sequence tasks such as LRA retrieval). Batches:
-  inputs int32 [b, seq_len] (0 past the end: id 0 is reserved for padding),
-  mask bool [b, seq_len], label, weight, index as in `Collate` (and inputs2,
-  mask2). A padding entry keeps one unmasked position, as in `Collate`.
-  """
-
-  seq_len: int
-  vocab_size: int
-  pairs: bool = False
-
-  def __post_init__(self) -> None:
-    check_positive_int(self.seq_len, "seq_len")
-    check_positive_int(self.vocab_size, "vocab_size")
-
-  def _fill(self, tokens, row: int, name: str, inputs: np.ndarray, mask: np.ndarray, example_id: int) -> None:
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 1 or tokens.shape[0] == 0 or not np.issubdtype(tokens.dtype, np.integer):
-      raise ValueError(f"example {example_id}: {name} must be a non-empty 1-D integer array, got {tokens.shape}")
-    if tokens.min() < 0 or tokens.max() >= self.vocab_size:
-      raise ValueError(f"example {example_id}: {name} ids must lie in [0, {self.vocab_size}), got {tokens.min()}..")
-    n = min(tokens.shape[0], self.seq_len)
-    inputs[row, :n] = tokens[:n]
-    mask[row, :n] = True
-
-  def __call__(self, items: Sequence[tuple[int, Example | None]]) -> dict[str, np.ndarray]:
-    b = len(items)
-    names = ("tokens", "tokens2") if self.pairs else ("tokens",)
-    inputs = {k: np.zeros((b, self.seq_len), dtype=np.int32) for k in names}  # [b, seq_len]
-    masks = {k: np.zeros((b, self.seq_len), dtype=bool) for k in names}  # [b, seq_len]
-    label = np.zeros(b, dtype=np.int32)
-    weight = np.zeros(b, dtype=np.float32)
-    index = np.full(b, PAD_INDEX, dtype=np.int64)
-    for row, (position, example) in enumerate(items):
-      if example is None:
-        for k in names:
-          masks[k][row, 0] = True
-        continue
-      index[row] = int(example.get("index", position))
-      for k in names:
-        self._fill(example[k], row, k, inputs[k], masks[k], int(index[row]))
-      label[row] = int(example["label"])
-      weight[row] = 1.0
-    batch = {"inputs": inputs["tokens"], "mask": masks["tokens"]}
-    if self.pairs:
-      batch.update(inputs2=inputs["tokens2"], mask2=masks["tokens2"])
-    return {**batch, "label": label, "weight": weight, "index": index}
-
-
-@dataclasses.dataclass(frozen=True)
 class _Fetch:
   """position -> (position, transformed example), or (-1, None) for padding."""
 
@@ -218,7 +112,7 @@ def batch_dataset(
   source: Sequence[Example],
   rows: np.ndarray,
   local_batch: int,
-  collate: Collate,
+  collate: Collator,
   transform: Transform | None = None,
 ) -> grain.MapDataset:
   """A grain MapDataset whose element i is the i-th local batch of `rows` (positions in `source`, -1 = padding)."""

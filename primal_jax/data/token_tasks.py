@@ -17,9 +17,9 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from primal_jax.data import pipeline
+from primal_jax.data.checks import check_nonnegative_int
+from primal_jax.data.core import DatasetInfo, InputPipeline, TokenCollate
 from primal_jax.data.pipeline import Example
-from primal_jax.data.tasks import DatasetInfo, InputPipeline
 
 
 def token_pipeline(
@@ -62,8 +62,8 @@ def token_pipeline(
     transform=None,
     batch_size=get("batch_size"),
     eval_batch_size=get("eval_batch_size"),
-    seed=pipeline.check_nonnegative_int(get("seed", 0), "seed"),
+    seed=check_nonnegative_int(get("seed", 0), "seed"),
     process_index=process_index,
     process_count=process_count,
-    collate=pipeline.TokenCollate(seq_len, vocab_size, pairs),
+    collate=TokenCollate(seq_len, vocab_size, pairs),
   )

@@ -16,7 +16,6 @@ duplicated.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
-from primal_jax.data.aeon_wheel import AEON_DATASETS, AEON_VERSION, default_cache_dir, fetch_aeon_dataset
+from primal_jax.data.aeon_wheel import AEON_DATASETS, AEON_VERSION, fetch_aeon_dataset
+from primal_jax.data.cache import default_data_dir, sha256_file
 from primal_jax.data.ts_format import SPLITS, TimeSeriesDataset, load_uea, uea_split_paths
 
 # The paper's Table 1, plus BasicMotions (small, ships in the aeon wheel, used in tests).
@@ -67,14 +67,6 @@ def uea_config(name: str) -> UeaConfig:
 
 def _new_config(name: str) -> UeaConfig:
   return UeaConfig(name=name, version=DATASET_VERSION, description=f"UEA multivariate problem {name}")
-
-
-def _sha256(path: Path) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def check_source_files(source_dir: str | Path, name: str) -> dict[str, Path]:
@@ -132,18 +124,13 @@ class UeaClassification(tfds.core.GeneratorBasedBuilder, skip_registration=True)
     paths = check_source_files(self._source_dir, name)
     train, test = load_uea(self._source_dir, name)  # checks that both splits agree on classes and channels
     self.info.features["label"].names = list(train.class_names)
-    self.info.metadata["source_sha256"] = {split: _sha256(path) for split, path in paths.items()}
+    self.info.metadata["source_sha256"] = {split: sha256_file(path) for split, path in paths.items()}
     self.info.metadata["num_channels"] = train.num_channels
     return {"train": self._generate_examples(train), "test": self._generate_examples(test)}
 
   def _generate_examples(self, dataset: TimeSeriesDataset) -> Iterator[tuple[int, dict[str, Any]]]:
     for i, (values, label) in enumerate(zip(dataset.series, dataset.labels, strict=True)):
       yield i, {"values": values, "label": int(label), "length": np.int32(values.shape[0]), "index": np.int64(i)}
-
-
-def default_data_dir() -> Path:
-  """`<default_cache_dir()>/tfds`: prepared datasets live next to the fetched `.ts` files."""
-  return default_cache_dir() / "tfds"
 
 
 def _check_recorded_source(builder: UeaClassification, expected: dict[str, str], where: str) -> None:
@@ -183,7 +170,7 @@ def prepare_uea(name: str, source: str | Path, data_dir: str | Path | None = Non
     where = f"the pinned aeon=={AEON_VERSION} wheel files"
   else:
     source_dir = Path(source).expanduser()
-    expected = {split: _sha256(path) for split, path in check_source_files(source_dir, name).items()}
+    expected = {split: sha256_file(path) for split, path in check_source_files(source_dir, name).items()}
     where = str(source_dir)
   builder = UeaClassification(config=uea_config(name), data_dir=data_dir, file_format="array_record")
   if builder.is_prepared():

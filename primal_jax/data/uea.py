@@ -1,7 +1,7 @@
-"""The one registry from task name to input pipeline, and the UEA classification pipeline.
+"""The UEA multivariate classification pipeline (the paper's Table 1), and the preprocessing it shares.
 
-`get_input_pipeline(data_config)` is what a training binary calls: it returns an
-`InputPipeline` whose batches are per-host numpy dicts
+`make_uea_pipeline(data_config)` (task "uea") returns an `InputPipeline` whose
+batches are per-host numpy dicts
 
   inputs  float32 [b, seq_len, C]   zero past each series' end
   mask    bool    [b, seq_len]      True at real time steps
@@ -24,15 +24,15 @@ test series is truncated.
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from primal_jax.data import pipeline
-from primal_jax.data.listops import make_listops_pipeline  # imports this module only when called
+from primal_jax.data.checks import check_fraction, check_nonnegative_int
+from primal_jax.data.core import DatasetInfo, InputPipeline
 from primal_jax.data.pipeline import Example, Subset
 
 NORMALIZATIONS: tuple[str, ...] = ("standardization", "none")
@@ -40,82 +40,6 @@ STD_FLOOR = 1e-8
 _OPTIONAL = types.MappingProxyType(
   {"data_dir": None, "seq_len": 0, "normalization": "standardization", "val_fraction": 0.0}
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-  """What a model and a train loop need to know about a task's data."""
-
-  name: str
-  num_classes: int
-  num_features: int  # C, channels per time step
-  seq_len: int  # every batch is padded/truncated to this length
-  max_length: int  # longest series over all splits (> seq_len means truncation)
-  split_sizes: Mapping[str, int]  # real examples per split: "train", "test", and "validation" if carved out
-  class_names: tuple[str, ...]
-  vocab_size: int = 0  # token tasks: ids lie in [0, vocab_size), 0 = padding; 0 for real-valued inputs
-
-
-@dataclasses.dataclass(frozen=True)
-class InputPipeline:
-  """Per-host train and eval batches of one task; every method is deterministic given the config.
-
-  Attributes:
-    info: the task's DatasetInfo.
-    sources: split name -> random-access source of examples.
-    transform: applied to every example before collation (normalisation), or None.
-    batch_size, eval_batch_size: GLOBAL batch sizes (all hosts together).
-    seed: fixes the per-epoch orders.
-  """
-
-  info: DatasetInfo
-  sources: Mapping[str, Sequence[Example]]
-  transform: pipeline.Transform | None
-  batch_size: int
-  eval_batch_size: int
-  seed: int
-  process_index: int = 0
-  process_count: int = 1
-  collate: Any = None  # examples -> batch; default `pipeline.Collate(seq_len, num_features)`
-
-  def __post_init__(self) -> None:
-    pipeline.local_batch_size(self.batch_size, self.process_count)  # validates divisibility
-    pipeline.local_batch_size(self.eval_batch_size, self.process_count)
-    if not 0 <= self.process_index < self.process_count:
-      raise ValueError(f"process_index must lie in [0, {self.process_count}), got {self.process_index}")
-
-  @property
-  def steps_per_epoch(self) -> int:
-    """Global batches per training epoch (the last one padded)."""
-    return math.ceil(len(self.sources["train"]) / self.batch_size)
-
-  @property
-  def eval_splits(self) -> tuple[str, ...]:
-    return tuple(self.sources)
-
-  def num_eval_batches(self, split: str) -> int:
-    return math.ceil(len(self._source(split)) / self.eval_batch_size)
-
-  def _source(self, split: str) -> Sequence[Example]:
-    if split not in self.sources:
-      raise ValueError(f"split must be one of {', '.join(self.sources)}, got {split!r}")
-    return self.sources[split]
-
-  def _batches(self, split: str, order: np.ndarray, global_batch: int) -> Iterator[dict[str, np.ndarray]]:
-    rows = pipeline.host_rows(order, global_batch, self.process_index, self.process_count)
-    local = pipeline.local_batch_size(global_batch, self.process_count)
-    collate = self.collate or pipeline.Collate(self.info.seq_len, self.info.num_features)
-    yield from pipeline.iterate(pipeline.batch_dataset(self._source(split), rows, local, collate, self.transform))
-
-  def train_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
-    """The `steps_per_epoch` local batches of training epoch `epoch`, each example exactly once."""
-    order = pipeline.train_order(len(self.sources["train"]), self.batch_size, seed=self.seed, epoch=epoch)
-    return self._batches("train", order, self.batch_size)
-
-  def eval_batches(self, split: str) -> Iterator[dict[str, np.ndarray]]:
-    """The `num_eval_batches(split)` local batches of `split`, in file order, each example exactly once."""
-    order = pipeline.eval_order(len(self._source(split)), self.eval_batch_size)
-    return self._batches(split, order, self.eval_batch_size)
 
 
 def _config_values(data_config: Any) -> dict[str, Any]:
@@ -198,7 +122,7 @@ def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np
   if n < 2:
     raise ValueError(f"a validation split needs at least 2 training cases, got {n}")
   num_val = min(max(round(fraction * n), 1), n - 1)
-  rng = np.random.default_rng([pipeline.check_nonnegative_int(seed, "seed"), pipeline.VALIDATION_SPLIT_STREAM])
+  rng = np.random.default_rng([check_nonnegative_int(seed, "seed"), pipeline.VALIDATION_SPLIT_STREAM])
   classes, counts = np.unique(labels, return_counts=True)
   quota = fraction * counts
   capacity = np.maximum(counts - 1, 0)
@@ -251,11 +175,9 @@ def pipeline_from_splits(
     raise ValueError(f"splits must be exactly 'train' and 'test', got {sorted(splits)}")
   if cfg["normalization"] not in NORMALIZATIONS:
     raise ValueError(f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {cfg['normalization']!r}")
-  fraction = float(cfg["val_fraction"])
-  if not 0.0 <= fraction < 1.0:
-    raise ValueError(f"val_fraction must lie in [0, 1), got {cfg['val_fraction']!r}")
-  seq_len = pipeline.check_nonnegative_int(cfg["seq_len"], "seq_len")
-  seed = pipeline.check_nonnegative_int(cfg["seed"], "seed")
+  fraction = check_fraction(cfg["val_fraction"], "val_fraction")
+  seq_len = check_nonnegative_int(cfg["seq_len"], "seq_len")
+  seed = check_nonnegative_int(cfg["seed"], "seed")
 
   scans = {split: _scan(source, name, split, len(class_names)) for split, source in splits.items()}
   channels = {split: scan.means.shape[1] for split, scan in scans.items()}
@@ -313,51 +235,3 @@ def make_uea_pipeline(data_config: Any, *, process_index: int = 0, process_count
   return pipeline_from_splits(
     cfg["dataset"], splits, class_names, data_config, process_index=process_index, process_count=process_count
   )
-
-
-def make_lra_image_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
-  """LRA Image (`lra_image`): Fashion-MNIST from Debian's package (default) or CIFAR-10 from TFDS, grayscale tokens."""
-  from primal_jax.data.lra_image import make_lra_image_pipeline as make  # it imports this module
-
-  return make(data_config, process_index=process_index, process_count=process_count)
-
-
-def make_lra_text_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
-  """LRA Text (`lra_text`): byte-level IMDB from TFDS."""
-  from primal_jax.data.lra_text import make_lra_text_pipeline as make  # it imports this module
-
-  return make(data_config, process_index=process_index, process_count=process_count)
-
-
-def make_lra_retrieval_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
-  """LRA Retrieval (`lra_retrieval`): byte-level AAN pairs from the LRA release's tsv files."""
-  from primal_jax.data.lra_retrieval import make_lra_retrieval_pipeline as make  # it imports this module
-
-  return make(data_config, process_index=process_index, process_count=process_count)
-
-
-def make_pathfinder_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
-  """LRA Pathfinder (`pathfinder`): seeded 32x32 Pathfinder images (default: hard, 14 dashes) as 1,024 pixel tokens."""
-  from primal_jax.data.pathfinder import make_pathfinder_pipeline as make  # it imports this module
-
-  return make(data_config, process_index=process_index, process_count=process_count)
-
-
-INPUT_PIPELINES = types.MappingProxyType(
-  {
-    "uea": make_uea_pipeline,
-    "listops": make_listops_pipeline,
-    "lra_image": make_lra_image_pipeline,
-    "lra_text": make_lra_text_pipeline,
-    "lra_retrieval": make_lra_retrieval_pipeline,
-    "pathfinder": make_pathfinder_pipeline,
-  }
-)
-
-
-def get_input_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
-  """The InputPipeline of `data_config.task` (a key of INPUT_PIPELINES) for this host."""
-  task = getattr(data_config, "task", None)
-  if task not in INPUT_PIPELINES:
-    raise ValueError(f"unknown task {task!r}; registered tasks: {', '.join(sorted(INPUT_PIPELINES))}")
-  return INPUT_PIPELINES[task](data_config, process_index=process_index, process_count=process_count)

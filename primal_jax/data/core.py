@@ -1,0 +1,207 @@
+"""The types every task shares: `DatasetInfo`, `InputPipeline` and the collators that build its batches.
+
+A task module turns its data into random-access sources of examples and
+returns an `InputPipeline` over them; `registry` maps task names to those
+factories. The pipeline itself only orders, slices per host and collates (see
+`pipeline` for why the order is computed from (seed, epoch) alone), so every
+task gets the same multi-host and padding behaviour:
+
+  * the last global batch of a pass is filled with padding rows of weight 0;
+  * each host gets rows [p * b, (p + 1) * b) of every global batch, b = global batch / process_count.
+
+Collators fix the batch layout. `Collate`: real-valued series (UEA),
+`TokenCollate`: token sequences (LRA).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from primal_jax.data import pipeline
+from primal_jax.data.checks import check_positive_int
+from primal_jax.data.pipeline import PAD_INDEX, Example
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  """What a model and a train loop need to know about a task's data."""
+
+  name: str
+  num_classes: int
+  num_features: int  # C, channels per time step
+  seq_len: int  # every batch is padded/truncated to this length
+  max_length: int  # longest series over all splits (> seq_len means truncation)
+  split_sizes: Mapping[str, int]  # real examples per split: "train", "test", and "validation" if carved out
+  class_names: tuple[str, ...]
+  vocab_size: int = 0  # token tasks: ids lie in [0, vocab_size), 0 = padding; 0 for real-valued inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPipeline:
+  """Per-host train and eval batches of one task; every method is deterministic given the config.
+
+  Attributes:
+    info: the task's DatasetInfo.
+    sources: split name -> random-access source of examples.
+    transform: applied to every example before collation (normalisation), or None.
+    batch_size, eval_batch_size: GLOBAL batch sizes (all hosts together).
+    seed: fixes the per-epoch orders.
+  """
+
+  info: DatasetInfo
+  sources: Mapping[str, Sequence[Example]]
+  transform: pipeline.Transform | None
+  batch_size: int
+  eval_batch_size: int
+  seed: int
+  process_index: int = 0
+  process_count: int = 1
+  collate: Any = None  # examples -> batch; default `Collate(seq_len, num_features)`
+
+  def __post_init__(self) -> None:
+    pipeline.local_batch_size(self.batch_size, self.process_count)  # validates divisibility
+    pipeline.local_batch_size(self.eval_batch_size, self.process_count)
+    if not 0 <= self.process_index < self.process_count:
+      raise ValueError(f"process_index must lie in [0, {self.process_count}), got {self.process_index}")
+
+  @property
+  def steps_per_epoch(self) -> int:
+    """Global batches per training epoch (the last one padded)."""
+    return math.ceil(len(self.sources["train"]) / self.batch_size)
+
+  @property
+  def eval_splits(self) -> tuple[str, ...]:
+    return tuple(self.sources)
+
+  def num_eval_batches(self, split: str) -> int:
+    return math.ceil(len(self._source(split)) / self.eval_batch_size)
+
+  def _source(self, split: str) -> Sequence[Example]:
+    if split not in self.sources:
+      raise ValueError(f"split must be one of {', '.join(self.sources)}, got {split!r}")
+    return self.sources[split]
+
+  def _batches(self, split: str, order: np.ndarray, global_batch: int) -> Iterator[dict[str, np.ndarray]]:
+    rows = pipeline.host_rows(order, global_batch, self.process_index, self.process_count)
+    local = pipeline.local_batch_size(global_batch, self.process_count)
+    collate = self.collate or Collate(self.info.seq_len, self.info.num_features)
+    yield from pipeline.iterate(pipeline.batch_dataset(self._source(split), rows, local, collate, self.transform))
+
+  def train_batches(self, epoch: int, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """The `steps_per_epoch` local batches of training epoch `epoch`, each example exactly once.
+
+    `start` > 0 begins at that batch of the epoch: a resumed run skips the batches it consumed by their
+    position in the epoch's order, without reading or collating them.
+    """
+    if isinstance(start, bool) or not isinstance(start, int | np.integer) or not 0 <= start <= self.steps_per_epoch:
+      raise ValueError(f"start must be an integer in [0, steps_per_epoch={self.steps_per_epoch}], got {start!r}")
+    order = pipeline.train_order(len(self.sources["train"]), self.batch_size, seed=self.seed, epoch=epoch)
+    return self._batches("train", order[int(start) * self.batch_size :], self.batch_size)
+
+  def eval_batches(self, split: str) -> Iterator[dict[str, np.ndarray]]:
+    """The `num_eval_batches(split)` local batches of `split`, in file order, each example exactly once."""
+    order = pipeline.eval_order(len(self._source(split)), self.eval_batch_size)
+    return self._batches(split, order, self.eval_batch_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Collate:
+  """Stacks (position, example or None) pairs into a batch of fixed shape [b, seq_len, C].
+
+  A padding entry (None) becomes one zero time step with mask True, label 0,
+  weight 0 and index -1: weight 0 removes it from every weighted loss and
+  metric, and its one unmasked step keeps masked pooling and attention from
+  dividing by zero (as `ts_format.pad_batch` refuses empty series). Series
+  longer than `seq_len` keep their first `seq_len` steps.
+  """
+
+  seq_len: int
+  num_features: int
+
+  def __post_init__(self) -> None:
+    check_positive_int(self.seq_len, "seq_len")
+    check_positive_int(self.num_features, "num_features")
+
+  def __call__(self, items: Sequence[tuple[int, Example | None]]) -> dict[str, np.ndarray]:
+    b = len(items)
+    inputs = np.zeros((b, self.seq_len, self.num_features), dtype=np.float32)  # [b, seq_len, C]
+    mask = np.zeros((b, self.seq_len), dtype=bool)  # [b, seq_len], True at real steps
+    label = np.zeros(b, dtype=np.int32)  # [b]
+    weight = np.zeros(b, dtype=np.float32)  # [b]
+    index = np.full(b, PAD_INDEX, dtype=np.int64)  # [b]
+    for row, (position, example) in enumerate(items):
+      if example is None:
+        mask[row, 0] = True
+        continue
+      values = np.asarray(example["values"])  # [length, C]
+      index[row] = int(example.get("index", position))
+      if values.ndim != 2 or values.shape[1] != self.num_features or values.shape[0] == 0:
+        raise ValueError(
+          f"example {index[row]}: values must have shape [length >= 1, {self.num_features}], got {values.shape}"
+        )
+      if not np.isfinite(values).all():
+        raise ValueError(f"example {index[row]} has NaN or infinite values; they must not reach the model")
+      n = min(values.shape[0], self.seq_len)
+      inputs[row, :n] = values[:n]
+      mask[row, :n] = True
+      label[row] = int(example["label"])
+      weight[row] = 1.0
+    return {"inputs": inputs, "mask": mask, "label": label, "weight": weight, "index": index}
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCollate:
+  """Stacks (position, example or None) pairs of token sequences into fixed-shape batches.
+
+  Examples are {"tokens": int [length], "label": int, "index": int} (plus
+  "tokens2" for two-sequence tasks such as LRA retrieval). Batches:
+  inputs int32 [b, seq_len] (0 past the end: id 0 is reserved for padding),
+  mask bool [b, seq_len], label, weight, index as in `Collate` (and inputs2,
+  mask2). A padding entry keeps one unmasked position, as in `Collate`.
+  """
+
+  seq_len: int
+  vocab_size: int
+  pairs: bool = False
+
+  def __post_init__(self) -> None:
+    check_positive_int(self.seq_len, "seq_len")
+    check_positive_int(self.vocab_size, "vocab_size")
+
+  def _fill(self, tokens, row: int, name: str, inputs: np.ndarray, mask: np.ndarray, example_id: int) -> None:
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or tokens.shape[0] == 0 or not np.issubdtype(tokens.dtype, np.integer):
+      raise ValueError(f"example {example_id}: {name} must be a non-empty 1-D integer array, got {tokens.shape}")
+    if tokens.min() < 0 or tokens.max() >= self.vocab_size:
+      raise ValueError(f"example {example_id}: {name} ids must lie in [0, {self.vocab_size}), got {tokens.min()}..")
+    n = min(tokens.shape[0], self.seq_len)
+    inputs[row, :n] = tokens[:n]
+    mask[row, :n] = True
+
+  def __call__(self, items: Sequence[tuple[int, Example | None]]) -> dict[str, np.ndarray]:
+    b = len(items)
+    names = ("tokens", "tokens2") if self.pairs else ("tokens",)
+    inputs = {k: np.zeros((b, self.seq_len), dtype=np.int32) for k in names}  # [b, seq_len]
+    masks = {k: np.zeros((b, self.seq_len), dtype=bool) for k in names}  # [b, seq_len]
+    label = np.zeros(b, dtype=np.int32)
+    weight = np.zeros(b, dtype=np.float32)
+    index = np.full(b, PAD_INDEX, dtype=np.int64)
+    for row, (position, example) in enumerate(items):
+      if example is None:
+        for k in names:
+          masks[k][row, 0] = True
+        continue
+      index[row] = int(example.get("index", position))
+      for k in names:
+        self._fill(example[k], row, k, inputs[k], masks[k], int(index[row]))
+      label[row] = int(example["label"])
+      weight[row] = 1.0
+    batch = {"inputs": inputs["tokens"], "mask": masks["tokens"]}
+    if self.pairs:
+      batch.update(inputs2=inputs["tokens2"], mask2=masks["tokens2"])
+    return {**batch, "label": label, "weight": weight, "index": index}
