@@ -35,7 +35,7 @@ import optax
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
-from primal_jax.data.tasks import get_input_pipeline
+from primal_jax.data.registry import get_input_pipeline
 from primal_jax.launch import host_allocator
 from primal_jax.models.builders import BuiltModel, build_model
 from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer, PreemptionGuard
