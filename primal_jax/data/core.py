@@ -10,7 +10,8 @@ task gets the same multi-host and padding behaviour:
   * each host gets rows [p * b, (p + 1) * b) of every global batch, b = global batch / process_count.
 
 Collators fix the batch layout. `Collate`: real-valued series (UEA),
-`TokenCollate`: token sequences (LRA).
+`TokenCollate`: token sequences (LRA), `text_bytes.NextTokenCollate`: next-byte
+windows (language modelling).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class DatasetInfo:
   max_length: int  # longest series over all splits (> seq_len means truncation)
   split_sizes: Mapping[str, int]  # real examples per split: "train", "test", and "validation" if carved out
   class_names: tuple[str, ...]
-  vocab_size: int = 0  # token tasks: ids lie in [0, vocab_size), 0 = padding; 0 for real-valued inputs
+  # Token tasks: ids lie in [0, vocab_size); the LRA tasks reserve 0 for padding, text_bytes uses all 256
+  # byte values and marks padding by weight 0 alone. 0 for real-valued inputs.
+  vocab_size: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
