@@ -20,7 +20,7 @@ import pytest
 
 from primal_jax.data import aeon_wheel
 from primal_jax.data.aeon_wheel import DatasetFetchError, fetch_aeon_dataset, load_aeon_split, member_path
-from primal_jax.data.ts_format import load_uea
+from primal_jax.data.uea_archive import load_uea
 
 TOY_TRAIN = b"@problemName Toy\n@dimensions 2\n@classLabel true a b\n@data\n1,2:3,4:a\n5:6:b\n"
 TOY_TEST = b"@problemName Toy\n@dimensions 2\n@classLabel true a b\n@data\n7,8,9:1,2,3:b\n"

@@ -16,7 +16,7 @@ import pytest
 
 from primal_jax.data import core, pipeline, registry, uea
 from primal_jax.data.aeon_wheel import DatasetFetchError, fetch_aeon_dataset
-from primal_jax.data.ts_format import load_uea
+from primal_jax.data.uea_archive import load_uea
 from primal_jax.data.uea_tfds import prepare_uea
 
 KEYS = ("inputs", "mask", "label", "weight", "index")

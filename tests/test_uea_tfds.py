@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from primal_jax.data.aeon_wheel import AEON_DATASETS, DatasetFetchError, fetch_aeon_dataset
-from primal_jax.data.ts_format import load_uea_split
+from primal_jax.data.uea_archive import load_uea_split
 from primal_jax.data.uea_tfds import (
   KNOWN_DATASETS,
   TABLE1_DATASETS,

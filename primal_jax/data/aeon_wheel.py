@@ -11,7 +11,7 @@ Every extracted file is checked against a SHA-256 pinned here, so a different
 wheel build can never change the data under an experiment; a mismatch writes
 nothing. Files land atomically (`cache.write_atomically`) in the UEA
 archive layout, `<cache_dir>/<Name>/<Name>_TRAIN.ts` and `_TEST.ts`, so
-`ts_format.load_uea_split(cache_dir, name, split)` reads them directly.
+`uea_archive.load_uea_split(cache_dir, name, split)` reads them directly.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import zipfile
 from pathlib import Path
 
 from primal_jax.data.cache import DatasetFetchError, cache_root, sha256_bytes, sha256_file, write_atomically
-from primal_jax.data.ts_format import Missing, TimeSeriesDataset, load_uea_split
+from primal_jax.data.ts_format import Missing, TimeSeriesDataset
+from primal_jax.data.uea_archive import load_uea_split
 
 AEON_VERSION = "1.6.0"
 # Informational: sha256 of aeon-1.6.0-py3-none-any.whl as served by PyPI. Not

@@ -25,7 +25,8 @@ import tensorflow_datasets as tfds
 
 from primal_jax.data.aeon_wheel import AEON_DATASETS, AEON_VERSION, fetch_aeon_dataset
 from primal_jax.data.cache import default_data_dir, sha256_file
-from primal_jax.data.ts_format import SPLITS, TimeSeriesDataset, load_uea, uea_split_paths
+from primal_jax.data.ts_format import TimeSeriesDataset
+from primal_jax.data.uea_archive import SPLITS, load_uea, uea_split_paths
 
 # The paper's Table 1, plus BasicMotions (small, ships in the aeon wheel, used in tests).
 TABLE1_DATASETS: tuple[str, ...] = (
