@@ -101,7 +101,8 @@ def export(args, train_command: str):
   scored.update({s: full_eval(s) for s in top if s not in scored})
   expert = max(top, key=lambda s: scored[s]["score_sto"])
   upto = [s for s in evals if s <= medium]
-  idx = sorted({round(i * (len(upto) - 1) / max(MAX_REPLAY - 1, 1)) for i in range(min(MAX_REPLAY, len(upto)))})
+  n = min(MAX_REPLAY, len(upto))
+  idx = sorted({round(i * (len(upto) - 1) / max(n - 1, 1)) for i in range(n)})  # evenly spaced, both ends
   replay = [upto[i] for i in idx]
   out.mkdir(parents=True, exist_ok=True)
   for old in out.glob("*.npz"):

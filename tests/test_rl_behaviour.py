@@ -111,6 +111,29 @@ def test_training_script_resumes_to_the_uninterrupted_state(tmp_path):
       np.testing.assert_array_equal(a[k], b[k])
 
 
+def test_export_picks_medium_expert_and_replay_snapshots(tmp_path):
+  work = tmp_path / "run"
+  Trainer(TrainConfig(**TINY), work, log=lambda s: None).run()
+  (work / "command.txt").write_text("python -m experiments.train_behaviour --env=hopper ...\n")
+  args = train_behaviour.parse(["--env=hopper", f"--workdir={work}", f"--out={tmp_path / 'out'}", "--export"])
+  record = train_behaviour.export(args, "the command")
+  roles = record["policies"]
+  assert {"medium", "expert"} <= set(roles) and record["train_command"] == "the command"
+  replay = sorted(r for r in roles if r.startswith("replay_"))
+  assert replay[0] == "replay_0000000" and roles[replay[-1]]["step"] == roles["medium"]["step"]
+  for role, rec in roles.items():
+    path = tmp_path / "out" / "hopper" / rec["file"]
+    assert rec["sha256"] == behaviour_sha256(path) and pol.load_policy(path).meta["role"] == role
+  assert [roles[r]["step"] for r in replay] == [0, 100, 200][: len(replay)]
+  assert (tmp_path / "out" / "hopper" / "policies.json").exists()
+
+
+def behaviour_sha256(path):
+  import hashlib
+
+  return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_resume_refuses_a_changed_config(tmp_path):
   Trainer(TrainConfig(**{**TINY, "total_steps": 100}), tmp_path, log=lambda s: None).run()
   with pytest.raises(ValueError, match="batch_size"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,15 @@ def test_cached_hdf5_is_deterministic_and_verified(policy_dir, tmp_path):
   np.testing.assert_array_equal(again["rewards"], data_a["rewards"])
   other, _ = ds.load("hopper", "medium-replay", size=250, seed=2, cache_dir=tmp_path / "a", policy_dir=policy_dir)
   assert not np.array_equal(other["observations"], data_a["observations"])
+
+
+def test_cli_writes_and_then_reads_the_cache(policy_dir, tmp_path, capsys):
+  from experiments import make_d4rl_dataset
+
+  argv = ["--env=hopper", "--level=medium-expert", "--size=60", f"--cache_dir={tmp_path}", f"--policy_dir={policy_dir}"]
+  make_d4rl_dataset.main(argv)
+  first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert first["transitions"] == 120 and first["level"] == "medium-expert"
+  make_d4rl_dataset.main(argv)
+  again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert again["sha256"] == first["sha256"] == ds.sha256_file(tmp_path / "d4rl" / "hopper-medium-expert-v4-n60-s0.hdf5")
