@@ -21,14 +21,14 @@ ArrayRecord files, the one TFDS format readable with numpy alone, which is what
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from primal_jax.data.cache import DatasetFetchError, default_data_dir
-from primal_jax.data.checks import check_fraction, check_nonnegative_int, check_positive_int, require_keys
+from primal_jax.data.checks import check_fraction, check_nonnegative_int, check_positive_int, config_get, require_keys
 from primal_jax.data.pipeline import Example, Subset
 
 # Ids 1..256 are a byte (or pixel) value + 1; id 0 is padding.
@@ -55,11 +55,11 @@ def byte_tokens(text: bytes | str, max_length: int) -> np.ndarray:
 
 
 def config_value(data_config: Any, key: str, default: Any = None) -> Any:
-  """`data_config.<key>` (a ConfigDict, dict or plain object); `default` when absent, None or an empty string."""
-  if isinstance(data_config, Mapping):
-    value = data_config.get(key, default)
-  else:
-    value = getattr(data_config, key, default)
+  """`data_config.<key>` (a ConfigDict, dict or plain object); `default` when absent, None or an empty string.
+
+  An empty string counts as absent because ConfigDict fields declared for an optional path default to "".
+  """
+  value = config_get(data_config, key, default)
   if value is None or (isinstance(value, str) and not value):
     return default
   return value

@@ -17,7 +17,7 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from primal_jax.data.checks import check_nonnegative_int
+from primal_jax.data.checks import check_nonnegative_int, config_get
 from primal_jax.data.core import DatasetInfo, InputPipeline, TokenCollate
 from primal_jax.data.pipeline import Example
 
@@ -45,7 +45,6 @@ def token_pipeline(
   unknown = set(splits) - {"train", "validation", "test"}
   if unknown:
     raise ValueError(f"split names must be train/validation/test, got {sorted(unknown)}")
-  get = data_config.get if hasattr(data_config, "get") else lambda k, d=None: getattr(data_config, k, d)
   info = DatasetInfo(
     name=name,
     num_classes=len(class_names),
@@ -60,9 +59,9 @@ def token_pipeline(
     info=info,
     sources=types.MappingProxyType(dict(splits)),
     transform=None,
-    batch_size=get("batch_size"),
-    eval_batch_size=get("eval_batch_size"),
-    seed=check_nonnegative_int(get("seed", 0), "seed"),
+    batch_size=config_get(data_config, "batch_size"),
+    eval_batch_size=config_get(data_config, "eval_batch_size"),
+    seed=check_nonnegative_int(config_get(data_config, "seed", 0), "seed"),
     process_index=process_index,
     process_count=process_count,
     collate=TokenCollate(seq_len, vocab_size, pairs),
