@@ -161,21 +161,17 @@ def load(env_name: str, level: str, size: int = DEFAULT_SIZE, seed: int = 0, cac
   root = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "d4rl"
   stem = f"{env_name}-{level}-v4-n{size}-s{seed}"
   path, info_path = root / f"{stem}.hdf5", root / f"{stem}.json"
-  files = (
-    policy_files(env_name, level, policy_dir)
-    if level != "medium-expert"
-    else [
-      *policy_files(env_name, "medium", policy_dir),
-      *policy_files(env_name, "expert", policy_dir),
-    ]
-  )
+  files = policy_files(env_name, level, policy_dir)
   policies = {f.name: sha256_file(f) for f in files}
   if path.exists() and info_path.exists():
     info = json.loads(info_path.read_text())
     same = info.get("policies") == policies and info.get("format") == FORMAT_VERSION
     if same and info.get("sha256") == sha256_file(path):
       return read_hdf5(path), info
-  data = generate(env_name, level, size, seed, policy_dir)
+  if level == "medium-expert":  # from the (cached) medium and expert datasets: the same bytes, no second rollout
+    data = concat([load(env_name, lv, size, seed, cache_dir, policy_dir)[0] for lv in ("medium", "expert")])
+  else:
+    data = generate(env_name, level, size, seed, policy_dir)
   info = {"env": env_name, "env_id": pol.ENV_IDS[env_name], "level": level, "size": size, "seed": seed}
   info.update(format=FORMAT_VERSION, policies=policies, **summary(env_name, data))
   write_hdf5(path, data, {k: v for k, v in info.items() if k != "policies"})
