@@ -7,14 +7,15 @@ measured matmul peak), with ratios against the softmax Transformer at the same N
 
   python -m benchmarks.efficiency                       # the full grid (long: run on an idle machine)
   python -m benchmarks.efficiency --lengths=256 --long_lengths= --steps=2 --repeats=1 \
-    --variants=softmax,primalformer --set=model.rank_multi=2 --out=/tmp/bench   # a seconds-long check
+    --variants=softmax,primalformer --set=model.attention.primal.rank_multi=2 --out=/tmp/bench  # seconds
 
 Variants: `softmax` (the Transformer with our einsum `SoftmaxAttention`, the reference), `softmax_dpa`
-(the same model, its attention computed by `jax.nn.dot_product_attention`; no attention-weight dropout,
-which that function cannot apply), `primalformer`, `primal_plus` (Primal.+Trans.) and every baseline in
-`primal_jax.attention.registry.ATTENTIONS` at run time (the whole stack uses it). Models: the LRA
-config (`experiments/configs/lra.py`, 2 layers, dim 64, hidden 128, 2 heads x 32) with max length N,
-on synthetic full-length token batches (no data pipeline; its cost is not part of a step).
+(the same model with the softmax option `impl="dot_product_attention"`, i.e.
+`jax.nn.dot_product_attention`, and no attention-weight dropout, which that function cannot apply),
+`primalformer`, `primal_plus` (Primal.+Trans.) and every baseline in
+`primal_jax.attention.registry.ATTENTIONS` at run time (the whole stack uses it). Models: the LRA config
+(`experiments/configs/lra.py`, 2 layers, dim 64, hidden 128, 2 heads x 32) with max length N, on synthetic
+full-length token batches (no data pipeline; its cost is not part of a step).
 
 Protocol: every variant at one N is compiled and warmed up (`--warmup_steps`), then repeat r times
 `--steps` steps of every variant in turn (starting with a different variant each repeat), so drift of
@@ -35,10 +36,8 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import dataclasses
 import datetime
-import functools
 import json
 import os
 import platform
@@ -50,16 +49,11 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import linen as nn
 
 from benchmarks import harness as bm
 from primal_jax.attention.registry import ATTENTIONS
-from primal_jax.attention.softmax import SoftmaxAttention
-from primal_jax.initializers import linear_inits
 from primal_jax.launch import host_allocator
-from primal_jax.masks import attention_bias_mask
 from primal_jax.models.builders import build_model
 from primal_jax.training.config_args import load_config
 from primal_jax.training.optimizers import make_optimizer
@@ -78,18 +72,22 @@ QUADRATIC = ("softmax", "softmax_dpa", "primal_plus")
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-  """A benchmarked model: the LRA config's `model=family`, optionally with the fused softmax."""
+  """A benchmarked model: the LRA config's `model=...`, plus config overrides (e.g. an attention option)."""
 
   name: str
-  family: str
-  dot_product_attention: bool = False
+  model: str
+  overrides: tuple[tuple[str, Any], ...] = ()
+
+
+# The fused softmax: SoftmaxAttention's impl option; that function has no hook for weight dropout.
+FUSED_SOFTMAX = (("model.attention.softmax", {"impl": "dot_product_attention", "dropout_rate": 0.0}),)
 
 
 def available_variants() -> dict[str, Variant]:
   """The fixed variants, then every registered attention other than primal/softmax (read at run time)."""
   variants = {
     "softmax": Variant("softmax", "softmax"),
-    "softmax_dpa": Variant("softmax_dpa", "softmax", dot_product_attention=True),
+    "softmax_dpa": Variant("softmax_dpa", "softmax", FUSED_SOFTMAX),
     "primalformer": Variant("primalformer", "primalformer"),
     "primal_plus": Variant("primal_plus", "primal_plus"),
   }
@@ -97,83 +95,6 @@ def available_variants() -> dict[str, Variant]:
     if name not in ("primal", "softmax"):
       variants[name] = Variant(name, name)
   return variants
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Softmax attention through jax.nn.dot_product_attention, swapped in by a Flax method interceptor.
-
-
-def dot_product_softmax_call(
-  module: SoftmaxAttention,
-  inputs_q,
-  inputs_k=None,
-  inputs_v=None,
-  *,
-  inputs_kv=None,
-  mask=None,
-  deterministic=None,
-  dropout_rng=None,
-  sow_weights=False,
-):
-  """`SoftmaxAttention.__call__` with the attention core replaced by `jax.nn.dot_product_attention`.
-
-  Same parameters (query/key/value/out DenseGeneral, same names and initialisers) and the same result
-  up to masking: masked keys get the dtype's most negative score instead of -1e6, so a row with every
-  key masked differs (the benchmark has none). No dropout on the attention weights: the fused function
-  has no hook for it. Runs inside `module`'s compact scope (called by the interceptor).
-  """
-  del deterministic, dropout_rng
-  if module.decode or sow_weights:
-    raise ValueError("the dot_product_attention variant supports neither decode nor sow_weights")
-  if inputs_kv is not None:
-    inputs_k = inputs_v = inputs_kv
-  inputs_k = inputs_q if inputs_k is None else inputs_k
-  inputs_v = inputs_k if inputs_v is None else inputs_v
-  batch, length, width = inputs_q.shape
-  features = module.qkv_features or width
-  p = features // module.num_heads
-  dtype = module.dtype or jnp.result_type(inputs_q.dtype, jnp.float32)
-  kernel_init, bias_init = linear_inits(module.init_style, width, module.kernel_init, module.bias_init)
-  project = functools.partial(
-    nn.DenseGeneral,
-    features=(module.num_heads, p),
-    dtype=dtype,
-    param_dtype=module.param_dtype,
-    precision=module.precision,
-    use_bias=module.use_bias,
-    kernel_init=nn.with_logical_partitioning(kernel_init, ("embed", "heads", "kv")),
-    bias_init=nn.with_logical_partitioning(bias_init, ("heads", "kv")),
-  )
-  q, k, v = project(name="query")(inputs_q), project(name="key")(inputs_k), project(name="value")(inputs_v)
-  allowed = attention_bias_mask(mask, batch, length, k.shape[1], causal=False)
-  heads_out = jax.nn.dot_product_attention(q, k, v, mask=allowed, is_causal=module.causal)  # [B, N, H, p]
-  out_kernel, out_bias = linear_inits(module.init_style, features, module.kernel_init, module.bias_init)
-  return nn.DenseGeneral(
-    features=module.out_features or width,
-    axis=(-2, -1),
-    dtype=dtype,
-    param_dtype=module.param_dtype,
-    precision=module.precision,
-    use_bias=module.use_bias,
-    kernel_init=nn.with_logical_partitioning(out_kernel, ("heads", "kv", "embed")),
-    bias_init=nn.with_logical_partitioning(out_bias, ("embed",)),
-    name="out",
-  )(heads_out)
-
-
-def _dot_product_interceptor(next_fun, args, kwargs, context):
-  if type(context.module) is SoftmaxAttention and context.method_name == "__call__":
-    return dot_product_softmax_call(context.module, *args, **kwargs)
-  return next_fun(*args, **kwargs)
-
-
-def dot_product_attention_scope(enabled: bool = True):
-  """Context in which every `SoftmaxAttention` call traces `dot_product_softmax_call` instead.
-
-  An interceptor rather than a registry entry, so the benchmark changes no model code; it only has to
-  be active while the step is traced (init and lowering), not when the compiled step runs.
-  """
-  return nn.intercept_methods(_dot_product_interceptor) if enabled else contextlib.nullcontext()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -190,7 +111,7 @@ class SyntheticInfo:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-  """Parse `model.rank_multi=2` into ("model.rank_multi", 2); values are Python literals, else strings."""
+  """Parse `model.dim=32` into ("model.dim", 32); values are Python literals, else strings."""
   key, sep, value = text.partition("=")
   if not sep or not key.strip():
     raise ValueError(f"--set expects key=value, got {text!r}")
@@ -202,15 +123,22 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def make_config(variant: Variant, seq_len: int, args):
   """The LRA config of `variant` at length `seq_len`, with `--set` overrides (locked: typos raise)."""
-  config = load_config(f"{args.config}:task={args.task},model={variant.family}")
+  config = load_config(f"{args.config}:task={args.task},model={variant.model}")
   config.data.seq_len = seq_len
+  with config.unlocked():  # a variant may add options the config file does not list
+    for key, value in variant.overrides:
+      _set(config, key, value)
   for key, value in args.set:
-    *parents, leaf = key.split(".")
-    node = config
-    for part in parents:
-      node = node[part]
-    node[leaf] = value
+    _set(config, key, value)
   return config
+
+
+def _set(config, key: str, value) -> None:
+  *parents, leaf = key.split(".")
+  node = config
+  for part in parents:
+    node = node[part]
+  node[leaf] = value
 
 
 def synthetic_batch(input_keys, batch_size: int, seq_len: int, vocab_size: int, num_classes: int, seed: int):
@@ -269,17 +197,16 @@ def prepare_step(variant: Variant, seq_len: int, args, device: jax.Device, warmu
   example = tuple(host_batch[k][:1] for k in built.input_keys)
   rng = jax.random.PRNGKey(args.seed)
   start = time.perf_counter()
-  with dot_product_attention_scope(variant.dot_product_attention):
-    init_fn = make_init_fn(built.module, tx, example)
-    abstract, shardings = abstract_state(init_fn, rng, mesh)
-    state = init_state(init_fn, rng, shardings)
-    step = jax.jit(
-      make_train_step(built, tx, schedule, eta=config.ksvd.eta, spec=ksvd_spec(config.ksvd.spec)),
-      in_shardings=(shardings, batch_sharding(mesh)),
-      out_shardings=(shardings, replicated(mesh)),
-      donate_argnums=0,
-    )
-    compiled = step.lower(abstract, batch).compile()
+  init_fn = make_init_fn(built.module, tx, example)
+  abstract, shardings = abstract_state(init_fn, rng, mesh)
+  state = init_state(init_fn, rng, shardings)
+  step = jax.jit(
+    make_train_step(built, tx, schedule, eta=config.ksvd.eta, spec=ksvd_spec(config.ksvd.spec)),
+    in_shardings=(shardings, batch_sharding(mesh)),
+    out_shardings=(shardings, replicated(mesh)),
+    donate_argnums=0,
+  )
+  compiled = step.lower(abstract, batch).compile()
   compile_seconds = time.perf_counter() - start
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract.params))
   prepared = PreparedStep(
@@ -376,7 +303,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument(
     "--set", action="append", default=[], type=parse_override, metavar="KEY=VALUE",
-    help="config override, repeatable (e.g. model.rank_multi=2 for N < 200)",
+    help="config override, repeatable (e.g. model.attention.primal.rank_multi=2 for N < 200)",
   )  # fmt: skip
   parser.add_argument("--rss", action=argparse.BooleanOptionalAction, default=True, help="process memory per run")
   parser.add_argument("--memory_steps", type=int, default=2, help="steps run by each memory process")

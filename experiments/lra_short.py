@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from primal_jax.models.config import stack_name
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results" / "lra_short"
 
@@ -78,7 +80,7 @@ def collect(
   return {
     "command": command,
     "task": data["task"],
-    "model": config["model"]["family"],
+    "model": stack_name(config["model"]["layers"]),
     "steps": summary.get("steps"),
     "wall_s": None if wall_s is None else round(wall_s, 1),
     "wall_s_measures": wall_kind,
@@ -100,7 +102,11 @@ def collect(
       "eval_every_steps": config["eval_every_steps"],
     },
     "data": {k: v for k, v in data.items() if k not in ("task", "batch_size")},
-    "model_config": {k: config["model"][k] for k in ("num_layers", "dim", "hidden_dim", "num_heads", "low_rank")},
+    "model_config": {
+      "layers": list(config["model"]["layers"]),
+      **{k: config["model"][k] for k in ("dim", "hidden_dim", "num_heads")},
+      "low_rank": config["model"]["attention"]["primal"]["low_rank"],
+    },
     "eta": config["ksvd"]["eta"],
   }
 

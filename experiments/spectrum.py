@@ -34,8 +34,8 @@ from primal_jax.analysis.spectrum import (
   SPECTRUM_COLLECTION,
   LayerSpectrum,
   collect_matrices,
-  sow_attention_matrices,
 )
+from primal_jax.models.config import stack_name
 
 
 def load_run_config(workdir: str | Path, data_dir: str | None = None):
@@ -52,11 +52,11 @@ def load_run_config(workdir: str | Path, data_dir: str | None = None):
 
 
 def run_label(config) -> str:
-  """The legend label: "softmax", or "<family> eta=<eta>" (what distinguishes the runs of Figure 1)."""
-  family = config.model.get("family", "?")
-  if family == "softmax":
-    return "softmax"
-  return f"{family} eta={config.ksvd.get('eta', 0.0):g}"
+  """The legend label: "softmax", or "<model> eta=<eta>" (what distinguishes the runs of Figure 1)."""
+  model = stack_name(config.model.layers)
+  if "primal" not in config.model.layers:
+    return model
+  return f"{model} eta={config.ksvd.get('eta', 0.0):g}"
 
 
 def _real_examples(batches, num_examples: int):
@@ -79,12 +79,12 @@ def compute_spectra(experiment, state, split: str, num_examples: int, chunk_size
   """
   built = experiment.built
   mask_keys = [k for k in built.input_keys if k.startswith("mask")]
-  apply_fn = sow_attention_matrices(built.module.apply)
   variables = {"params": state.params, **state.model_state}
 
   @jax.jit
   def forward(variables, inputs):
-    _, sown = apply_fn(variables, *inputs, deterministic=True, mutable=[SPECTRUM_COLLECTION])
+    # Every Primal/softmax layer sows its own matrix when this collection is mutable.
+    _, sown = built.module.apply(variables, *inputs, deterministic=True, mutable=[SPECTRUM_COLLECTION])
     return sown[SPECTRUM_COLLECTION]
 
   chunk_size = min(chunk_size, num_examples)
@@ -231,7 +231,7 @@ def analyze(
         "label": label,
         "workdir": str(workdir),
         "step": int(jax.device_get(state.step)),
-        "family": config.model.get("family"),
+        "family": stack_name(config.model.layers),
         "eta": float(config.ksvd.get("eta", 0.0)),
         "layers": [s.summary() for s in spectra],
       }

@@ -424,10 +424,11 @@ TINY = dict(
   num_classes=3,
   dropout_rate=0.0,
   attention_dropout_rate=0.0,
-  performer_features=16,
-  linformer_k=6,
-  num_landmarks=4,
-  conv_kernel_size=3,
+  attention={
+    "performer": dict(num_features=16),
+    "linformer": dict(linformer_k=6),
+    "nystromformer": dict(num_landmarks=4, conv_kernel_size=3),
+  },
 )
 
 
@@ -445,31 +446,38 @@ def test_sequence_classifier_with_baseline_layers():
   chex.assert_shape(logits, (2, 3))
   chex.assert_tree_all_finite(logits)
   extra = {"linformer": {"E", "F"}, "nystromformer": {"conv"}}
-  for i, name in enumerate(config.layers):
+  for i, name in enumerate(config.layer_names):
     attention = variables["params"]["body"]["encoder"][f"block_{i}"]["attention"]
     assert set(attention) == {"query", "key", "value", "out"} | extra.get(name, set()), name
   assert variables["params"]["body"]["encoder"]["block_2"]["attention"]["E"].shape == (2, 6, 16)  # [H, k, max_len]
 
 
-def test_config_accepts_every_registered_name_and_passes_its_fields():
-  """layers is checked against the registry; attention_kwargs builds each registered class."""
-  config = TransformerConfig(layers=tuple(ATTENTIONS), **TINY, linformer_share_kv=True, baseline_dropout_rate=None)
-  for name in ATTENTIONS:
-    module = get_attention(name)(**config.attention_kwargs(name, causal=False))
-    assert module.num_heads == 2
-  kwargs = config.attention_kwargs
-  assert kwargs("performer", False)["num_features"] == 16
-  assert kwargs("linformer", False)["max_len"] == 16 and kwargs("linformer", False)["share_kv"]
-  assert kwargs("nystromformer", False)["num_landmarks"] == 4
-  assert kwargs("nystromformer", False)["pinv_iterations"] == 6
-  assert kwargs("linear", False)["dropout_rate"] == 0.0  # None -> attention_dropout_rate (0.0 in TINY)
-  assert TransformerConfig(layers=("cosformer",)).attention_kwargs("cosformer", False)["dropout_rate"] == 0.0
+def test_config_accepts_every_registered_name_and_passes_its_options():
+  """layers is checked against the registry; each layer's attention gets the model's fields it declares and its
+  options (per attention name, then the layer's own), and bad option names or values fail at config time."""
+  attention = {**TINY["attention"], "linformer": dict(linformer_k=6, share_kv=True)}
+  layers = (*ATTENTIONS, ("performer", {"num_features": 8}))
+  config = TransformerConfig(layers=layers, **{**TINY, "attention": attention, "attention_dropout_rate": 0.2})
+  modules = {}
+  for i, name in enumerate(config.layer_names):
+    module = config.layer_attention(i)
+    assert type(module) is get_attention(name) and module.num_heads == 2 and module.dropout_rate == 0.2
+    modules.setdefault(name, module)
+  assert modules["performer"].num_features == 16 and config.layer_attention(len(ATTENTIONS)).num_features == 8
+  assert modules["linformer"].max_len == 16 and modules["linformer"].share_kv  # max_len: the model's
+  assert (modules["nystromformer"].num_landmarks, modules["nystromformer"].pinv_iterations) == (4, 6)
+  options = TransformerConfig(layers=("cosformer",), attention={"cosformer": {"dropout_rate": 0.0}})
+  assert options.layer_attention(0).dropout_rate == 0.0  # an option overrides the model's attention dropout
   with pytest.raises(ValueError, match="layers"):
     TransformerConfig(layers=("linear", "nope"))
   with pytest.raises(ValueError, match="conv_kernel_size"):
-    TransformerConfig(layers=("nystromformer",), conv_kernel_size=4)
+    TransformerConfig(layers=("nystromformer",), attention={"nystromformer": {"conv_kernel_size": 4}})
   with pytest.raises(ValueError, match="linformer_k"):
-    TransformerConfig(layers=("linformer",), linformer_k=0)
+    TransformerConfig(layers=("linformer",), attention={"linformer": {"linformer_k": 0}})
+  with pytest.raises(ValueError, match="'num_landmark' is not an option of attention 'nystromformer'"):
+    TransformerConfig(layers=("nystromformer",), attention={"nystromformer": {"num_landmark": 4}})
+  with pytest.raises(ValueError, match="'num_heads' is set by the model config"):
+    TransformerConfig(layers=(("linear", {"num_heads": 4}),))
 
 
 X = np.zeros((B, N, D), np.float32)

@@ -127,7 +127,7 @@ def test_results_markdown_sections_and_failures():
 
 def test_json_round_trip(tmp_path):
   results = {
-    "meta": {"args": {"set": [("model.rank_multi", 2)]}},
+    "meta": {"args": {"set": [("model.attention.primal.rank_multi", 2)]}},
     "matmul_peak": {"flops_per_s": np.float32(2.5)},
     "records": [{"variant": "softmax", "seq_len": 64, "sec_per_1k_steps": 1.25, "final_loss": float("nan")}],
   }
@@ -135,7 +135,7 @@ def test_json_round_trip(tmp_path):
   loaded = bm.load_results(path)
   assert loaded["records"][0] == {"variant": "softmax", "seq_len": 64, "sec_per_1k_steps": 1.25, "final_loss": None}
   assert loaded["matmul_peak"]["flops_per_s"] == 2.5
-  assert loaded["meta"]["args"]["set"] == [["model.rank_multi", 2]]
+  assert loaded["meta"]["args"]["set"] == [["model.attention.primal.rank_multi", 2]]
   assert json.loads(path.read_text()) == loaded
   bm.save_results(path, loaded)
   assert bm.load_results(path) == loaded
@@ -153,22 +153,25 @@ def test_matmul_peak_is_positive():
 
 
 def test_dot_product_variant_computes_the_einsum_model(efficiency):
-  """Same parameters and (without dropout) the same logits as the einsum SoftmaxAttention."""
-  config = make_config("softmax", 2, vocab_size=16, max_len=24, dim=16, hidden_dim=32, num_classes=3)
-  model = SequenceClassifier(config)
+  """The softmax_dpa variant's model: same parameters and (without dropout) the same logits as the einsum one."""
+  sizes = dict(vocab_size=16, max_len=24, dim=16, hidden_dim=32, num_classes=3)
+  options = dict(efficiency.FUSED_SOFTMAX)["model.attention.softmax"]
+  assert options["impl"] == "dot_product_attention"
+  model = SequenceClassifier(make_config("softmax", 2, **sizes))
+  fused_model = SequenceClassifier(make_config("softmax", 2, attention={"softmax": options}, **sizes))
   tokens = jax.random.randint(jax.random.PRNGKey(0), (2, 24), 1, 16)
   mask = jnp.arange(24)[None, :] < jnp.array([[24], [17]])
   params = model.init(jax.random.PRNGKey(1), tokens, mask)
-  with efficiency.dot_product_attention_scope():
-    fused_params = model.init(jax.random.PRNGKey(1), tokens, mask)
-    fused = model.apply(params, tokens, mask)
+  fused_params = fused_model.init(jax.random.PRNGKey(1), tokens, mask)
   assert jax.tree.structure(fused_params) == jax.tree.structure(params)
-  np.testing.assert_allclose(fused, model.apply(params, tokens, mask), atol=1e-5)
+  np.testing.assert_allclose(fused_model.apply(params, tokens, mask), model.apply(params, tokens, mask), atol=1e-5)
 
 
 def test_plan_grid_and_overrides(efficiency):
-  args = efficiency.parse_args(["--variants=softmax,primalformer", "--set=model.rank_multi=2", "--set=task=x"])
-  assert args.set == [("model.rank_multi", 2), ("task", "x")]
+  args = efficiency.parse_args(
+    ["--variants=softmax,primalformer", "--set=model.attention.primal.rank_multi=2", "--set=task=x"]
+  )
+  assert args.set == [("model.attention.primal.rank_multi", 2), ("task", "x")]
   assert [(n, [v.name for v in vs]) for n, vs in efficiency.plan_grid(args)] == [
     (1024, ["softmax", "primalformer"]),
     (2048, ["softmax", "primalformer"]),
@@ -185,7 +188,8 @@ def test_script_end_to_end(efficiency, tmp_path, capsys):
   results = efficiency.main(
     [
       "--variants=primalformer,softmax", "--lengths=64", "--long_lengths=", "--steps=1", "--repeats=1",
-      "--warmup_steps=1", "--set=model.rank_multi=2", "--no-rss", "--peak_size=128", "--peak_repeats=1",
+      "--warmup_steps=1", "--set=model.attention.primal.rank_multi=2", "--no-rss", "--peak_size=128",
+      "--peak_repeats=1",
       f"--out={tmp_path}",
     ]
   )  # fmt: skip
@@ -206,7 +210,7 @@ def test_script_end_to_end(efficiency, tmp_path, capsys):
 
 
 def test_single_mode_reports_process_memory(efficiency, capsys):
-  out = efficiency.main(["--single=softmax:64", "--set=model.rank_multi=2", "--memory_steps=1"])
+  out = efficiency.main(["--single=softmax:64", "--set=model.attention.primal.rank_multi=2", "--memory_steps=1"])
   assert out["rss"]["peak_bytes"] >= out["rss"]["baseline_bytes"] > 0
   line = capsys.readouterr().out.strip().splitlines()[-1]
   assert line.startswith(efficiency.SINGLE_MARKER)
@@ -214,7 +218,7 @@ def test_single_mode_reports_process_memory(efficiency, capsys):
 
 
 def test_subprocess_memory_is_parsed_from_the_marker_line(efficiency, monkeypatch):
-  args = efficiency.parse_args(["--set=model.rank_multi=2", "--single_timeout=5"])
+  args = efficiency.parse_args(["--set=model.attention.primal.rank_multi=2", "--single_timeout=5"])
   argv = efficiency.single_argv(args, "softmax", 64)
   assert argv[1:5] == ["-m", "benchmarks.efficiency", "--single=softmax:64", f"--config={args.config}"]
   assert efficiency.parse_args(argv[3:]).set == args.set  # the child parses what the parent was given

@@ -90,7 +90,8 @@ def test_bad_impl_is_named():
 def test_models_train_with_hash_dropout():
   """The config option reaches every dropout: masks change with the key, eval is unaffected."""
   config = make_config("primal_plus", 2, dim=16, num_heads=2, hidden_dim=32, vocab_size=11, max_len=12,
-                       num_classes=3, low_rank=3, rank_multi=2, dropout_impl="hash")  # fmt: skip
+                       num_classes=3, attention={"primal": dict(low_rank=3, rank_multi=2)},
+                       dropout_impl="hash")  # fmt: skip
   from primal_jax.models.classifier import SequenceClassifier
 
   model = SequenceClassifier(config)

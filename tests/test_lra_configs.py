@@ -31,23 +31,24 @@ def test_release_settings():
     1e-4,
     "linear",
   )
-  assert (listops.model.dim, listops.model.hidden_dim, listops.model.num_heads, listops.model.num_layers) == (
+  assert (listops.model.dim, listops.model.hidden_dim, listops.model.num_heads, listops.model.layers) == (
     64,
     128,
     2,
-    2,
+    ("primal", "primal"),
   )
-  assert (listops.model.low_rank, listops.model.rank_multi, listops.ksvd.eta, listops.ksvd.spec) == (
-    20, 10, 0.1, "release_lra",
-  )  # fmt: skip
+  primal = listops.model.attention.primal
+  assert (primal.low_rank, primal.rank_multi, listops.ksvd.eta, listops.ksvd.spec) == (20, 10, 0.1, "release_lra")
   assert (listops.data.num_train, listops.data.num_validation, listops.data.num_test) == (96000, 2000, 2000)
   plus = load_config(f"{CONFIG}:task=listops,model=primal_plus")
-  assert (plus.model.low_rank, plus.ksvd.eta) == (30, 0.05)
+  assert (plus.model.attention.primal.low_rank, plus.ksvd.eta, plus.model.layers) == (30, 0.05, ("softmax", "primal"))
   text = load_config(f"{CONFIG}:task=text,model=primalformer")
   assert (text.data.seq_len, text.total_steps, text.optimizer.warmup_steps, text.ksvd.eta) == (4000, 20000, 8000, 0.05)
   retrieval = load_config(f"{CONFIG}:task=retrieval,model=primalformer")
   assert retrieval.model.name == "lra_dual" and retrieval.ksvd.eta == 0.0
-  assert load_config(f"{CONFIG}:task=listops,model=linear").ksvd.eta == 0.0  # no Primal layer, no KSVD term
+  linear = load_config(f"{CONFIG}:task=listops,model=linear")
+  assert linear.ksvd.eta == 0.0  # no Primal layer, no KSVD term
+  assert linear.model.layers == ("linear", "linear") and linear.model.attention.linear.dropout_rate == 0.0
 
 
 @pytest.mark.parametrize("task", list(lra_params.LENGTHS))
@@ -71,9 +72,9 @@ def test_short_composes_with_model_and_smoke():
   assert (data.contour_length, data.num_distractors, opt.learning_rate, pathfinder.total_steps) == (4, 0, 1e-4, 3000)
   release = load_config(f"{CONFIG}:task=pathfinder").data
   assert (release.difficulty, release.contour_length, release.num_distractors) == ("hard", 0, -1)  # the level's own
-  assert pathfinder.model.family == "softmax" and pathfinder.ksvd.eta == 0.0
+  assert pathfinder.model.layers == ("softmax", "softmax") and pathfinder.ksvd.eta == 0.0
   plus = load_config(f"{CONFIG}:short,task=image,model=primal_plus")
-  assert (plus.model.low_rank, plus.ksvd.eta, plus.data.dataset) == (30, 0.1, "fashion_mnist")
+  assert (plus.model.attention.primal.low_rank, plus.ksvd.eta, plus.data.dataset) == (30, 0.1, "fashion_mnist")
   smoke = load_config(f"{CONFIG}:task=pathfinder,short,smoke")  # smoke wins: seconds, for tests
   assert (smoke.total_steps, smoke.data.num_train) == (4, 64)
 

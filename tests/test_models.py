@@ -13,7 +13,6 @@ from flax import linen as nn
 
 from primal_jax.ksvd import RELEASE_LRA, KSVDTerms, collect_terms, ksvd_loss
 from primal_jax.models import (
-  FAMILIES,
   CausalLM,
   DualSequenceClassifier,
   SequenceClassifier,
@@ -21,12 +20,13 @@ from primal_jax.models import (
   TokenEncoder,
   TransformerConfig,
   decode_step,
-  family_layers,
   init_cache,
   make_config,
+  model_layers,
   pool,
 )
 from primal_jax.models.classifier import ClassifierHead
+from primal_jax.models.config import stack_name
 
 B, N, VOCAB, CLASSES = 2, 12, 11, 3
 TINY = dict(
@@ -35,13 +35,13 @@ TINY = dict(
   dim=16,
   hidden_dim=32,
   num_heads=2,
-  low_rank=3,
-  rank_multi=2,
+  attention={"primal": dict(low_rank=3, rank_multi=2)},
   num_classes=CLASSES,
   dropout_rate=0.0,
   attention_dropout_rate=0.0,
 )
-LM = dict(TINY, data_dependent=False)
+LM = dict(TINY, attention={"primal": dict(low_rank=3, rank_multi=2, data_dependent=False)})
+MODELS = ("primalformer", "primal_plus", "softmax")
 
 
 def _tokens(seed, shape=(B, N), vocab=VOCAB):
@@ -92,12 +92,17 @@ def _rel(a, b):
 # ============================================================================ SequenceClassifier families
 
 
-def test_family_layers():
-  assert family_layers("primalformer", 3) == ("primal", "primal", "primal")
-  assert family_layers("primal_plus", 3) == ("softmax", "softmax", "primal")
-  assert family_layers("softmax", 2) == ("softmax", "softmax")
-  assert family_layers("primal_plus", 1) == ("primal",)
-  assert set(FAMILIES) == {"primalformer", "primal_plus", "softmax"}
+def test_model_layers_and_stack_name():
+  assert model_layers("primalformer", 3) == ("primal", "primal", "primal")
+  assert model_layers("primal_plus", 3) == ("softmax", "softmax", "primal")
+  assert model_layers("primal_plus", 3, num_primal=2) == ("softmax", "primal", "primal")
+  assert model_layers("softmax", 2) == ("softmax", "softmax")
+  assert model_layers("performer", 2) == ("performer", "performer")
+  assert model_layers("primal_plus", 1) == ("primal",)
+  for model in ("primal_plus", "softmax", "performer"):
+    assert stack_name(model_layers(model, 3)) == model
+  assert stack_name(model_layers("primalformer", 2)) == "primalformer"
+  assert stack_name(("primal", "softmax")) == "primal+softmax"
 
 
 @pytest.mark.parametrize("family,num_layers", [("primalformer", 2), ("primal_plus", 3), ("softmax", 2)])
@@ -114,7 +119,7 @@ def test_classifier_forward_and_ksvd_collection(family, num_layers):
   assert encoder_out.shape == (B, N, TINY["dim"])
   np.testing.assert_array_equal(encoder_out[1, N - 5 :], 0.0)  # release: final LN output times the mask
 
-  primal_blocks = {f"block_{i}" for i, name in enumerate(config.layers) if name == "primal"}
+  primal_blocks = {f"block_{i}" for i, name in enumerate(config.layer_names) if name == "primal"}
   assert len(primal_blocks) == {"primalformer": num_layers, "primal_plus": 1, "softmax": 0}[family]
   terms = collect_terms(state.get("ksvd", {}))
   assert len(terms) == len(primal_blocks)
@@ -223,7 +228,7 @@ def _lm(family):
   return model, params, tokens, jax.jit(lambda t: model.apply({"params": params}, t))
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", MODELS)
 def test_causal_lm_is_causal(family):
   model, params, tokens, forward = _lm(family)
   logits = forward(tokens)
@@ -266,7 +271,7 @@ def test_primal_cache_independent_of_max_len():
 
 
 def test_causal_lm_rejects_data_dependent_primal():
-  model = CausalLM(make_config("primalformer", 1, **TINY))  # data_dependent=True
+  model = CausalLM(make_config("primalformer", 1, **TINY))  # the Primal option data_dependent=True
   with pytest.raises(ValueError, match="data_dependent"):
     jax.eval_shape(model.init, jax.random.key(0), _tokens(0))
 
@@ -278,7 +283,7 @@ def test_torch_init_style_linears_and_primal_parameters():
   config = make_config("primal_plus", 2, **TINY)
   assert config.init_style == "torch"  # the default
   params = _init(SequenceClassifier(config), _tokens(0), _mask())["params"]
-  d, hid, s = config.dim, config.hidden_dim, config.low_rank
+  d, hid, s = config.dim, config.hidden_dim, config.layers[-1].kwargs["low_rank"]
   fan_in = {"query": d, "key": d, "value": d, "out": d, "combine": 2 * s, "fc_in": d, "fc_out": hid}
   layers = {}
   for i in range(config.num_layers):
@@ -298,7 +303,7 @@ def test_torch_init_style_linears_and_primal_parameters():
         assert np.max(np.abs(w)) > 0.8 * bound, f"{name}.{leaf} too narrow for U(+-1/sqrt({fan}))"
 
   primal = params["body"]["encoder"]["block_1"]["attention"]
-  heads, n = config.num_heads, config.low_rank * config.rank_multi
+  heads, n = config.num_heads, s * config.layers[-1].kwargs["rank_multi"]
   for name in ("We", "Wr"):
     w = np.asarray(primal[name])
     assert w.shape == (heads, n, s)
@@ -331,7 +336,7 @@ def test_torch_init_style_embeddings():
 @pytest.mark.parametrize(
   "kwargs,match",
   [
-    (dict(family="transformer"), "family"),
+    (dict(model="transformer"), "model must be one of primalformer, primal_plus, primal, softmax"),
     (dict(num_layers=0), "num_layers"),
     (dict(dim=30, num_heads=4), "dim=30 must be divisible by num_heads=4"),
     (dict(pooling="max"), "pooling"),

@@ -87,9 +87,14 @@ def _golden_cases():
     with np.load(path) as z:
       if "sampled_indices" not in z.files:
         continue
-      we_keys = [k for k in z.files if k.endswith("We")]
+      # We [H, n, s] (the DeiT case names it `we`). The DeiT case's length is that of its escores
+      # [B, H, N, s]: N counts the class token, which its image input does not show.
+      we_keys = [k for k in z.files if k.endswith(("We", "/we"))]
       num = z[we_keys[0]].shape[1]
-      length = z["input_ids"].shape[1] if "input_ids" in z.files else z["x"].shape[1]
+      if "input_ids" in z.files or "x" in z.files:
+        length = z["input_ids"].shape[1] if "input_ids" in z.files else z["x"].shape[1]
+      else:
+        length = z[next(k for k in z.files if k.endswith("escore"))].shape[2]
       cases.append(pytest.param(path, length, num, id=os.path.basename(path)))
   return cases
 

@@ -12,6 +12,7 @@ dropout.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import jax
@@ -22,9 +23,10 @@ import reference_torch_numpy as tref
 from flax import linen as nn
 from numpy_reference import rel_err
 
+from primal_jax.attention.registry import option_names
 from primal_jax.convert import torch_layout
 from primal_jax.ksvd import RELEASE_SEQUENCE, collect_terms, ksvd_loss_per_sample, ksvd_objective
-from primal_jax.models.config import family_layers
+from primal_jax.models.config import TransformerConfig, model_layers
 from primal_jax.models.timeseries import TimeSeriesClassifier, timeseries_config
 
 B, L, C, D, H, FF, CLASSES = 3, 11, 3, 32, 4, 48, 5
@@ -45,6 +47,9 @@ PARITY_CASES = {
 
 
 def _config(family="primalformer", num_layers=2, low_rank=4, rank_multi=2, **overrides):
+  """Overrides that are Primal options (and not model fields) go to the Primal layers."""
+  model_fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+  primal = {k: overrides.pop(k) for k in list(overrides) if k in option_names("primal") and k not in model_fields}
   return timeseries_config(
     family,
     seq_len=L,
@@ -53,8 +58,7 @@ def _config(family="primalformer", num_layers=2, low_rank=4, rank_multi=2, **ove
     dim=D,
     hidden_dim=FF,
     num_heads=H,
-    low_rank=low_rank,
-    rank_multi=rank_multi,
+    attention={"primal": dict(low_rank=low_rank, rank_multi=rank_multi, **primal)},
     **overrides,
   )
 
@@ -117,7 +121,8 @@ def _variables(model, values, mask, seed=0):
   BatchNorm statistics, when the model has them, start as Flax's (mean 0, var 1).
   """
   config = model.config
-  sd = _torch_state_dict(seed, config.layers, config.low_rank, config.rank_multi)
+  primal = dict(config.attention)["primal"]  # options of the Primal layers (present in every config here)
+  sd = _torch_state_dict(seed, config.layer_names, dict(primal)["low_rank"], dict(primal)["rank_multi"])
   params, _ = torch_layout.timeseries_classifier_params(sd, H)
   variables = {"params": params}
   shapes = jax.eval_shape(model.init, jax.random.key(0), values, mask)
@@ -136,7 +141,7 @@ def _variables(model, values, mask, seed=0):
 def test_converted_release_model_matches_float64_reference(case):
   """Logits (mask_attention=False: the release's attention never sees the mask) and per-sample KSVD loss."""
   family, num_layers, low_rank, rank_multi = PARITY_CASES[case]
-  layers = family_layers(family, num_layers)
+  layers = model_layers(family, num_layers)
   sd = _torch_state_dict(sum(map(ord, case)), layers, low_rank, rank_multi)
   params, names = torch_layout.timeseries_classifier_params(sd, H)
   assert names == layers
@@ -173,7 +178,7 @@ def test_converted_release_model_matches_float64_reference(case):
 
 def test_reference_zeroes_padded_steps_only_before_the_head():
   """The release's padding mask enters once, after GELU: an all-real mask changes the logits, not the encoder."""
-  layers = family_layers("primal_plus", 2)
+  layers = model_layers("primal_plus", 2)
   sd = _torch_state_dict(1, layers, 4, 2)
   cfg = dict(num_heads=H, low_rank=4, rank_multi=2, max_seq_len=L)
   values, mask = _inputs()
@@ -233,15 +238,17 @@ def test_converter_errors():
   ],
 )
 def test_timeseries_config_num_samples(seq_len, low_rank, rank_multi, n, deficient):
-  config = timeseries_config(seq_len=seq_len, num_classes=4, low_rank=low_rank, rank_multi=rank_multi)
-  assert (config.num_samples, config.allow_rank_deficient) == (n, deficient)
-  assert (config.max_len, config.layers, config.norm_position, config.mask_final) == (
+  attention = {"primal": dict(low_rank=low_rank, rank_multi=rank_multi)}
+  config = timeseries_config(seq_len=seq_len, num_classes=4, attention=attention)
+  primal = config.layers[0].kwargs
+  assert (primal["num_samples"], primal["allow_rank_deficient"]) == (n, deficient)
+  assert (config.max_len, config.layer_names, config.norm_position, config.mask_final) == (
     seq_len,
     ("primal", "primal"),
     "post",
     False,
   )
-  assert timeseries_config("primal_plus", seq_len=seq_len, num_classes=4, num_layers=3).layers == (
+  assert timeseries_config("primal_plus", seq_len=seq_len, num_classes=4, num_layers=3).layer_names == (
     "softmax",
     "softmax",
     "primal",

@@ -18,7 +18,7 @@ from primal_jax.training.config_args import load_config, load_module
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uea.py"
 UEA = load_module(CONFIG)
-FAMILIES = ("softmax", "primalformer", "primal_plus")  # Trans., PrimalFormer, Primal.+Trans.
+MODELS = ("softmax", "primalformer", "primal_plus")  # Trans., PrimalFormer, Primal.+Trans.
 
 # (channels, longest series, classes) of each problem in the UEA archive (Multivariate2018_ts).
 SHAPES = {
@@ -67,10 +67,10 @@ def test_table1_datasets_are_the_papers_ten():
   assert set(TABLE1_DATASETS) == set(SHAPES) == set(UEA.PAPER_TABLE1) == set(UEA.PAPER_TABLE6)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("dataset", TABLE1_DATASETS)
-def test_every_config_loads_and_builds_its_model(dataset, family):
-  config = load_config(f"{CONFIG}:dataset={dataset},family={family}")
+def test_every_config_loads_and_builds_its_model(dataset, model):
+  config = load_config(f"{CONFIG}:dataset={dataset},model={model}")
   channels, length, classes = SHAPES[dataset]
   info = types.SimpleNamespace(seq_len=length, num_classes=classes, num_features=channels, vocab_size=0)
   built = build_model(config.model, info)
@@ -78,31 +78,32 @@ def test_every_config_loads_and_builds_its_model(dataset, family):
   variables = jax.eval_shape(lambda: built.module.init(jax.random.key(0), *inputs, deterministic=True))
   leaves = {jax.tree_util.keystr(path): leaf.shape for path, leaf in jax.tree_util.tree_leaves_with_path(variables)}
   assert any(shape[-1] == classes for shape in leaves.values())  # the classification head
-  s, rank_multi = config.model.low_rank, config.model.rank_multi
+  s, rank_multi = config.model.attention.primal.low_rank, config.model.attention.primal.rank_multi
   n = min(s * rank_multi, length)  # rows sampled for the data-dependent W_e|X, W_r|X
   primal = {k: v for k, v in leaves.items() if re.search(r"\['W[er]'\]", k)}
-  layers = {"softmax": 0, "primalformer": 2, "primal_plus": 1}[family]  # Primal.+Trans.: the last layer only
+  layers = {"softmax": 0, "primalformer": 2, "primal_plus": 1}[model]  # Primal.+Trans.: the last layer only
   assert len(primal) == 2 * layers and all(shape == (8, n, s) for shape in primal.values())
-  if family == "primal_plus":
+  if model == "primal_plus":
     assert all("block_1" in k for k in primal)
   assert config.data.dataset == dataset and config.num_epochs == (400 if dataset == "PEMS-SF" else 100)
 
 
 @pytest.mark.parametrize("dataset", TABLE1_DATASETS)
 def test_release_hyper_parameters(dataset):
-  for family, table in (("primalformer", RELEASE_PRIMALFORMER), ("primal_plus", RELEASE_PRIMAL_PLUS)):
-    config = load_config(f"{CONFIG}:dataset={dataset},family={family}")
-    assert (config.model.low_rank, config.ksvd.eta, config.model.rank_multi) == table[dataset], family
-    assert config.model.rank_multi == (5 if dataset in RANK_MULTI_5 else 10)
-  for family in FAMILIES:
-    config = load_config(f"{CONFIG}:dataset={dataset},family={family}")
+  for model, table in (("primalformer", RELEASE_PRIMALFORMER), ("primal_plus", RELEASE_PRIMAL_PLUS)):
+    config = load_config(f"{CONFIG}:dataset={dataset},model={model}")
+    primal = config.model.attention.primal
+    assert (primal.low_rank, config.ksvd.eta, primal.rank_multi) == table[dataset], model
+    assert primal.rank_multi == (5 if dataset in RANK_MULTI_5 else 10)
+  for model in MODELS:
+    config = load_config(f"{CONFIG}:dataset={dataset},model={model}")
     assert config.optimizer.name == ("adam" if dataset == "SpokenArabicDigits" else "radam")
     assert (config.optimizer.learning_rate, config.data.batch_size, config.optimizer.grad_clip_norm) == (1e-3, 16, 4.0)
-    assert (config.model.num_layers, config.model.dim, config.model.num_heads) == (2, 512, 8)
-    assert config.model.dim // config.model.num_heads == 64 and config.model.data_dependent
+    assert (len(config.model.layers), config.model.dim, config.model.num_heads) == (2, 512, 8)
+    assert config.model.dim // config.model.num_heads == 64 and config.model.attention.primal.data_dependent
     assert config.num_epochs == (400 if dataset == "PEMS-SF" else 100)
     assert config.best_metric == "test/accuracy" and config.test_eval == "every_eval"  # the release's protocol
-  assert load_config(f"{CONFIG}:dataset={dataset},family=softmax").ksvd.eta == 0.0  # Trans. has no KSVD loss
+  assert load_config(f"{CONFIG}:dataset={dataset},model=softmax").ksvd.eta == 0.0  # Trans. has no KSVD loss
 
 
 @pytest.mark.parametrize("dataset", TABLE1_DATASETS)

@@ -7,19 +7,19 @@ import types
 import ml_collections
 import numpy as np
 
+from primal_jax.models.config import model_layers
+
 TINY_INFO = types.SimpleNamespace(seq_len=10, num_classes=3, num_features=4)
 
 
-def tiny_model_config(family: str = "primalformer", **overrides) -> ml_collections.ConfigDict:
+def tiny_model_config(model_name: str = "primalformer", **overrides) -> ml_collections.ConfigDict:
   model = dict(
     name="timeseries",
-    family=family,
-    num_layers=2,
+    layers=model_layers(model_name, 2),
+    attention={"primal": dict(low_rank=3, rank_multi=2)},
     dim=16,
     hidden_dim=32,
     num_heads=4,
-    low_rank=3,
-    rank_multi=2,
     dropout_rate=0.1,
     attention_dropout_rate=0.1,
   )

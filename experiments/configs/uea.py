@@ -10,10 +10,11 @@ Hardware/runtime: 2 CPU cores, about 6 minutes (100 epochs x 17 steps of batch
 PrimalFormer (paper Table 1, best over epochs: the release evaluates on the
 test set every epoch and reports the best), 98.7% Trans., 98.9% Primal.+Trans.
 
-Arguments (`--config=experiments/configs/uea.py:dataset=Heartbeat,family=softmax`):
+Arguments (`--config=experiments/configs/uea.py:dataset=Heartbeat,model=softmax`):
   dataset: a UEA problem name; `source=aeon` has JapaneseVowels and
     BasicMotions, any other needs `source=/path/to/Multivariate2018_ts`.
-  family: primalformer | primal_plus (Primal.+Trans.) | softmax (Trans.).
+  model: primalformer | primal_plus (Primal.+Trans.) | softmax (Trans.) | any registered attention
+    name (every layer uses it).
   smoke: a seconds-long run on a tiny model (tests, CI, notebooks).
 Any field can be overridden with `--config.x=y`, e.g. `--config.ksvd.eta=0.2`.
 
@@ -23,7 +24,7 @@ test evaluated once on the best-validation state): add
 --config.test_eval=best_validation`. `experiments/sweeps/uea.py` runs both
 protocols over seeds and aggregates them.
 
-Paper Table 1, test accuracy (%) per dataset for `family=softmax` (Trans.),
+Paper Table 1, test accuracy (%) per dataset for `model=softmax` (Trans.),
 `primalformer` (Primal.) and `primal_plus` (Primal.+Trans.), best over epochs.
 Every dataset but JapaneseVowels (and BasicMotions, not in the paper) needs the
 archive: `--config.data.source=/path/to/Multivariate2018_ts`; 100 epochs except
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from primal_jax.models.config import model_layers
 from primal_jax.training.config_args import parse_config_arg
 
 # The release's PrimalFormer scripts (bashes/run_primalformer.sh): s (low_rank), eta, rank_multi,
@@ -125,14 +127,14 @@ PAPER_TABLE8 = {
 FALLBACK = dict(low_rank=20, eta=0.1, rank_multi=10)
 
 
-def hyper_parameters(dataset: str, family: str) -> dict:
-  table = PRIMAL_PLUS if family == "primal_plus" else PRIMALFORMER
+def hyper_parameters(dataset: str, model: str) -> dict:
+  table = PRIMAL_PLUS if model == "primal_plus" else PRIMALFORMER
   return {**dict(num_epochs=100, optimizer="radam"), **FALLBACK, **table.get(dataset, {})}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_config_arg(arg, {"dataset": "JapaneseVowels", "family": "primalformer", "smoke": False})
-  hp = hyper_parameters(args["dataset"], args["family"])
+  args = parse_config_arg(arg, {"dataset": "JapaneseVowels", "model": "primalformer", "smoke": False})
+  hp = hyper_parameters(args["dataset"], args["model"])
   config = ml_collections.ConfigDict()
   config.seed = 0
   config.distributed = "auto"
@@ -153,16 +155,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   )
   config.model = dict(
     name="timeseries",
-    family=args["family"],
-    num_layers=2,
+    layers=model_layers(args["model"], 2),
+    # Options per attention name (each applies to every layer of that attention).
+    attention=dict(
+      primal=dict(
+        low_rank=hp["low_rank"],
+        rank_multi=hp["rank_multi"],
+        data_dependent=True,
+        feature_map="cosine",
+        sampling="release",
+      ),
+    ),
     dim=512,
     hidden_dim=2048,
     num_heads=8,
-    low_rank=hp["low_rank"],
-    rank_multi=hp["rank_multi"],
-    data_dependent=True,
-    feature_map="cosine",
-    sampling="release",
     dropout_rate=0.1,
     attention_dropout_rate=0.1,
     norm_type="layer",
@@ -170,7 +176,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     dtype="float32",
     param_dtype="float32",
   )
-  config.ksvd = dict(eta=hp["eta"] if args["family"] != "softmax" else 0.0, spec="release_sequence")
+  config.ksvd = dict(eta=hp["eta"] if "primal" in config.model.layers else 0.0, spec="release_sequence")
   config.optimizer = dict(
     name=hp["optimizer"],
     learning_rate=1e-3,
@@ -194,7 +200,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.checkpoint_on_eval = True  # False: no checkpoint per evaluation (short sweep runs)
 
   if args["smoke"]:
-    config.model.update(dim=32, hidden_dim=64, num_heads=2, low_rank=4, rank_multi=2)
+    config.model.update(dim=32, hidden_dim=64, num_heads=2)
+    config.model.attention.primal.update(low_rank=4, rank_multi=2)
     config.data.eval_batch_size = 64
     config.total_steps = 6
     config.log_every_steps = 2

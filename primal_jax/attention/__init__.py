@@ -1,4 +1,8 @@
-"""Attention modules: Primal-Attention, the softmax baseline and the LRA baselines, by name."""
+"""Attention modules: Primal-Attention, the softmax baseline and the LRA baselines, by name.
+
+Every mechanism is an `AttentionShell` (projections, dropout, output written once) plus its core;
+`register_attention(name, cls)` makes a new one available to every model config.
+"""
 
 from primal_jax.attention.baselines import (
   CosformerAttention,
@@ -9,11 +13,22 @@ from primal_jax.attention.baselines import (
 )
 from primal_jax.attention.head import primal_head
 from primal_jax.attention.primal import PrimalAttention
-from primal_jax.attention.registry import ATTENTIONS, get_attention
+from primal_jax.attention.registry import (
+  ATTENTIONS,
+  LayerSpec,
+  get_attention,
+  option_names,
+  register_attention,
+  unregister_attention,
+)
+from primal_jax.attention.shell import SPECTRUM_COLLECTION, AttentionShell
 from primal_jax.attention.softmax import SoftmaxAttention
 
 __all__ = [
   "ATTENTIONS",
+  "SPECTRUM_COLLECTION",
+  "AttentionShell",
+  "LayerSpec",
   "CosformerAttention",
   "LinearAttention",
   "LinformerAttention",
@@ -22,5 +37,8 @@ __all__ = [
   "PrimalAttention",
   "SoftmaxAttention",
   "get_attention",
+  "option_names",
   "primal_head",
+  "register_attention",
+  "unregister_attention",
 ]

@@ -9,27 +9,21 @@ e/r scores in `intermediates`.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from primal_jax.attention.head import primal_head, vmap_over_heads_and_batch
-from primal_jax.dropout import Dropout
+from primal_jax.attention.head import head_features, primal_head, vmap_over_heads_and_batch
+from primal_jax.attention.shell import AttentionShell
+from primal_jax.dual import induced_kernel
 from primal_jax.feature_maps import cosine_feature_map, random_feature_projection, softmax_kernel_feature_map
 from primal_jax.initializers import linear_inits, torch_orthogonal_init, uniform01_init
 from primal_jax.ksvd import KSVD_COLLECTION, ksvd_terms
 from primal_jax.masks import padding_from_mask
 from primal_jax.sampling import padding_aware_positions, release_sample_indices
-from primal_jax.validation import (
-  check_choice,
-  check_divisible,
-  check_finite,
-  check_positive,
-  check_rank,
-  check_same_shape,
-)
+from primal_jax.validation import check_choice, check_positive
 
 FEATURE_MAPS = ("cosine", "softmax_kernel")
 SAMPLING_MODES = ("release", "padding_aware")
@@ -39,7 +33,7 @@ def _logical(init, names):
   return nn.with_logical_partitioning(init, names)
 
 
-class PrimalAttention(nn.Module):
+class PrimalAttention(AttentionShell):
   """Self-attention as asymmetric kernel SVD in the primal (Chen et al., 2023).
 
   Per head h: phi_q, phi_k = phi(x Wq), phi(x Wk); e = phi_q W_e|X,
@@ -74,33 +68,20 @@ class PrimalAttention(nn.Module):
     The rest mirror `nn.MultiHeadDotProductAttention`.
   """
 
-  num_heads: int
   low_rank: int = 20
   data_dependent: bool = True
   num_samples: int | None = None
   rank_multi: int = 10
-  causal: bool = False
   feature_map: str = "cosine"
   feature_seed: int = 0
   sampling: str = "release"
   allow_repeated_samples: bool = True
   allow_rank_deficient: bool = False
   mask_outputs: bool = True
-  init_style: str = "flax"
-  debug_checks: bool = False
-  dtype: Any = None
-  param_dtype: Any = jnp.float32
-  qkv_features: int | None = None
-  out_features: int | None = None
-  broadcast_dropout: bool = True
-  dropout_rate: float = 0.0
-  dropout_impl: str = "threefry"  # mask generator: "threefry" (nn.Dropout) | "hash" (primal_jax.dropout)
-  deterministic: bool | None = None
-  precision: Any = None
-  kernel_init: Any = None
-  bias_init: Any = None
-  use_bias: bool = True
-  decode: bool = False
+
+  projections: ClassVar[tuple[str, ...]] = ("query", "key")
+  supports_decode: ClassVar[bool] = True
+  self_attention_only: ClassVar[bool] = True  # W_e|X and W_r|X come from one sequence's rows
 
   @property
   def sampled_rows(self) -> int | None:
@@ -109,8 +90,7 @@ class PrimalAttention(nn.Module):
       return None
     return self.num_samples if self.num_samples is not None else self.low_rank * self.rank_multi
 
-  def _validate(self):
-    check_positive(self.num_heads, "num_heads")
+  def validate(self):
     check_positive(self.low_rank, "low_rank")
     check_positive(self.rank_multi, "rank_multi")
     if self.num_samples is not None:
@@ -122,8 +102,6 @@ class PrimalAttention(nn.Module):
         "causal=True needs data_dependent=False: rows sampled over the whole sequence would leak "
         "future positions into W_e|X"
       )
-    if self.decode and not self.causal:
-      raise ValueError("decode=True needs causal=True (only the causal variant can be decoded token by token)")
     n = self.sampled_rows
     if n is not None and self.low_rank > n and not self.allow_rank_deficient:
       raise ValueError(
@@ -137,56 +115,21 @@ class PrimalAttention(nn.Module):
     projection = random_feature_projection(jax.random.key(self.feature_seed), p, p)
     return functools.partial(softmax_kernel_feature_map, projection=projection), True
 
-  @nn.compact
-  def __call__(
-    self,
-    inputs_q: jax.Array,
-    inputs_k: jax.Array | None = None,
-    inputs_v: jax.Array | None = None,
-    *,
-    inputs_kv: jax.Array | None = None,
-    mask: jax.Array | None = None,
-    deterministic: bool | None = None,
-    dropout_rng: jax.Array | None = None,
-    sow_weights: bool = False,
-  ) -> jax.Array:
-    """Applies Primal-Attention.
+  def attend(self, q, k, v, *, inputs_k, mask, deterministic, dropout_rng, sow_weights):
+    """Primal-Attention's core: q, k [B, N, H, p] (no values) -> head outputs [B, N, H, p].
 
-    Args:
-      inputs_q: [B, N, D] the block input x.
-      inputs_k: [B, N, D] keys input (default `inputs_q`); its rows build W_e|X.
-      inputs_v: ignored (Primal-Attention has no value projection).
-      inputs_kv: alias setting `inputs_k` (Flax compatibility).
-      mask: [B, N] padding (True = real) or a Flax attention mask
-        [B, 1|H, N, N] (a position is real iff it may attend to itself).
-      deterministic: disables dropout; merged with the attribute.
-      dropout_rng: optional explicit dropout key.
-      sow_weights: ignored (there is no attention-weight matrix; the e/r
-        scores are always sown in `intermediates`).
-    Returns:
-      [B, N, out_features].
+    `inputs_k` [B, N, D] is the block input whose sampled rows build W_e|X. `mask` is [B, N]
+    padding (True = real) or a Flax attention mask [B, 1|H, N, N] (a position is real iff it may
+    attend to itself). `sow_weights` is ignored: there is no attention-weight matrix; the e/r
+    scores are always sown in `intermediates`, the induced kernel in the spectrum collection.
     """
-    del inputs_v, sow_weights
-    self._validate()
-    if inputs_kv is not None:
-      if inputs_k is not None:
-        raise ValueError("pass either inputs_k or inputs_kv, not both")
-      inputs_k = inputs_kv
-    inputs_k = inputs_q if inputs_k is None else inputs_k
-    check_rank(inputs_q, 3, "inputs_q", "[batch, length, features]")
-    check_same_shape(inputs_q, inputs_k, "inputs_q", "inputs_k")
-    if self.debug_checks:
-      check_finite(inputs_q, "inputs_q")
-      check_finite(inputs_k, "inputs_k")
-    batch, length, width = inputs_q.shape
-    heads, s = self.num_heads, self.low_rank
-    features = self.qkv_features or width
-    check_divisible(features, heads, "qkv_features", "num_heads")
-    p = features // heads
-    n = self.sampled_rows
-    if n is not None and features != width:
+    del v, sow_weights
+    batch, length, heads, p = q.shape
+    width = inputs_k.shape[-1]
+    dtype, s, n = q.dtype, self.low_rank, self.sampled_rows
+    if n is not None and heads * p != width:
       raise ValueError(
-        f"data-dependent weights split the block input into heads, so qkv_features ({features}) "
+        f"data-dependent weights split the block input into heads, so qkv_features ({heads * p}) "
         f"must equal the input width ({width})"
       )
     if n is not None and length < n and not self.allow_repeated_samples:
@@ -194,21 +137,7 @@ class PrimalAttention(nn.Module):
         f"sequence length {length} < num_samples n={n} and allow_repeated_samples=False "
         f"(the paper's rule n = min(s * rank_multi, N) needs N >= n)"
       )
-    dtype = self.dtype or jnp.result_type(inputs_q.dtype, jnp.float32)
-
-    kernel_init, bias_init = linear_inits(self.init_style, width, self.kernel_init, self.bias_init)
-    project = functools.partial(
-      nn.DenseGeneral,
-      features=(heads, p),
-      dtype=dtype,
-      param_dtype=self.param_dtype,
-      precision=self.precision,
-      use_bias=self.use_bias,
-      kernel_init=_logical(kernel_init, ("embed", "heads", "kv")),
-      bias_init=_logical(bias_init, ("heads", "kv")),
-    )
-    q = jnp.swapaxes(project(name="query")(inputs_q), 1, 2)  # [B, H, N, p]
-    k = jnp.swapaxes(project(name="key")(inputs_k), 1, 2)  # [B, H, N, p]
+    q, k = jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2)  # [B, H, N, p]
 
     a = n if n is not None else p
     orth = _logical(torch_orthogonal_init(), ("heads", None, "rank"))
@@ -235,15 +164,11 @@ class PrimalAttention(nn.Module):
     if self.decode:
       q, k, offset = self._decode_state(q, k, valid, feature_fn if normalize else None)
       running_mean = False
-    head_fn = functools.partial(
-      primal_head,
-      feature_map=feature_fn,
-      running_mean=running_mean,
-      normalize=normalize,
-      causal_normalizer=self.causal,
+    head_options = dict(
+      feature_map=feature_fn, running_mean=running_mean, normalize=normalize, causal_normalizer=self.causal
     )
     lifted = vmap_over_heads_and_batch(
-      lambda *args: head_fn(*args[:6], key_sum_offset=args[6]),
+      lambda *args: primal_head(*args[:6], key_sum_offset=args[6], **head_options),
       has_rows=rows is not None,
       has_valid=valid is not None,
       has_offset=offset is not None,
@@ -256,6 +181,7 @@ class PrimalAttention(nn.Module):
       self.sow("intermediates", "rscore", rscore)
       if not self.decode:
         self.sow(KSVD_COLLECTION, "terms", ksvd_terms(escore, rscore, lam, we, wr, we_x, wr_x, valid))
+    self.sow_matrix("primal", lambda: self._induced_kernel(q, k, rows, valid, head_options), mask, batch, length)
 
     combine_kernel, combine_bias = linear_inits(self.init_style, 2 * s, self.kernel_init, self.bias_init)
     heads_out = nn.Dense(
@@ -269,23 +195,24 @@ class PrimalAttention(nn.Module):
     )(jnp.concatenate([escore, rscore], axis=-1))  # [B, H, N, p], one Linear for all heads
     if padding is not None and self.mask_outputs:
       heads_out = heads_out * padding[:, None, :, None].astype(heads_out.dtype)
-    if self.dropout_rate > 0.0:
-      deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
-      heads_out = Dropout(self.dropout_rate, broadcast_dims=(), impl=self.dropout_impl, name="dropout")(
-        heads_out, deterministic=deterministic, rng=dropout_rng
-      )
-    out_kernel, out_bias = linear_inits(self.init_style, features, self.kernel_init, self.bias_init)
-    return nn.DenseGeneral(
-      features=self.out_features or width,
-      axis=(-2, -1),
-      dtype=dtype,
-      param_dtype=self.param_dtype,
-      precision=self.precision,
-      use_bias=self.use_bias,
-      kernel_init=_logical(out_kernel, ("heads", "kv", "embed")),
-      bias_init=_logical(out_bias, ("embed",)),
-      name="out",
-    )(jnp.swapaxes(heads_out, 1, 2))  # [B, N, H, p] -> [B, N, D_out]
+    heads_out = self.apply_dropout(heads_out, deterministic, dropout_rng)
+    return jnp.swapaxes(heads_out, 1, 2)  # [B, N, H, p]
+
+  @staticmethod
+  def _induced_kernel(q, k, rows, valid, head_options) -> jax.Array:
+    """[B, H, N, N] K = phi_q F_X^T F_X phi_k^T of every head (Theorem 3.2), from this call's q, k, rows.
+
+    Remark 4.1's D^-1/2 scales position i's scores, so it is folded into phi_q(x_i) and phi_k(x_i):
+    the kernel is then the one whose dual form gives the layer's scores.
+    """
+    features = functools.partial(head_features, **head_options)
+    in_axes = (0, 0, None if valid is None else 0)
+    phi_q, phi_k, scale = jax.vmap(jax.vmap(features, in_axes=(0, 0, None)), in_axes=in_axes)(q, k, valid)
+    if scale is not None:
+      phi_q, phi_k = phi_q * scale[..., None], phi_k * scale[..., None]
+    # The analysis wants exact float32 products, not the TF32/bf16 passes accelerators use by default.
+    with jax.default_matmul_precision("highest"):
+      return induced_kernel(phi_q.astype(jnp.float32), phi_k.astype(jnp.float32), rows)
 
   def _decode_state(self, q, k, valid, feature_fn):
     """Running means of a chunk of T new tokens from the cached sums.

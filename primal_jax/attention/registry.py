@@ -1,12 +1,21 @@
-"""One registry from attention name to module class.
+"""One registry from attention name to module class, and the per-layer attention spec.
 
-Blocks take an attention by name; kwargs specific to one mechanism live in the
-model config under that name (see `primal_jax.models.config`).
+A layer is named by its attention and that attention's own options: the
+options are the attributes of the registered class (`PrimalAttention.low_rank`,
+`PerformerAttention.num_features`, ...), so adding a mechanism is one module
+(a subclass of `AttentionShell`) plus one `register_attention` line, with no
+edit to the model config. What the model decides for every layer alike (heads,
+causality, decoding, dtypes, initialisation, the dropout generator) is not an
+option; `dropout_rate` defaults to the model's attention dropout and an option
+may override it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import types
+from collections.abc import Mapping
+from typing import Any
 
 from primal_jax.attention.baselines import (
   CosformerAttention,
@@ -16,25 +25,105 @@ from primal_jax.attention.baselines import (
   PerformerAttention,
 )
 from primal_jax.attention.primal import PrimalAttention
+from primal_jax.attention.shell import AttentionShell
 from primal_jax.attention.softmax import SoftmaxAttention
 
-ATTENTIONS = types.MappingProxyType(
-  {
-    "primal": PrimalAttention,
-    "softmax": SoftmaxAttention,
-    # The paper's LRA baselines (primal_jax.attention.baselines).
-    "linear": LinearAttention,
-    "performer": PerformerAttention,
-    "linformer": LinformerAttention,
-    "nystromformer": NystromAttention,
-    "cosformer": CosformerAttention,
-  }
-)
+_ATTENTIONS: dict[str, type[AttentionShell]] = {
+  "primal": PrimalAttention,
+  "softmax": SoftmaxAttention,
+  # The paper's LRA baselines (primal_jax.attention.baselines).
+  "linear": LinearAttention,
+  "performer": PerformerAttention,
+  "linformer": LinformerAttention,
+  "nystromformer": NystromAttention,
+  "cosformer": CosformerAttention,
+}
+ATTENTIONS = types.MappingProxyType(_ATTENTIONS)  # read-only view; extend with `register_attention`
+
+# Attributes the model sets on every layer (`TransformerConfig`); a layer's options may not.
+MODEL_FIELDS = frozenset({"num_heads", "causal", "decode", "dtype", "param_dtype", "init_style", "dropout_impl"})
+# Flax's own dataclass fields, never options.
+_FLAX_FIELDS = frozenset({"parent", "name"})
 
 
-def get_attention(name: str):
-  """The attention class registered under `name` (one of `ATTENTIONS`)."""
+def register_attention(name: str, cls: type[AttentionShell]) -> None:
+  """Makes `cls` available to every model by `name` (one line per mechanism)."""
+  if not (isinstance(cls, type) and issubclass(cls, AttentionShell)):
+    raise ValueError(f"an attention must subclass primal_jax.attention.AttentionShell, got {cls!r}")
+  if name in _ATTENTIONS and _ATTENTIONS[name] is not cls:
+    raise ValueError(f"attention name {name!r} is already registered for {_ATTENTIONS[name].__name__}")
+  _ATTENTIONS[name] = cls
+
+
+def unregister_attention(name: str) -> None:
+  """Removes a mechanism registered with `register_attention` (tests clean up with it)."""
+  if name not in _ATTENTIONS:
+    raise ValueError(f"no attention is registered as {name!r}")
+  del _ATTENTIONS[name]
+
+
+def get_attention(name: str, where: str = "attention") -> type[AttentionShell]:
+  """The attention class registered under `name` (one of `ATTENTIONS`); `where` names the argument in errors."""
   try:
-    return ATTENTIONS[name]
-  except KeyError:
-    raise ValueError(f"attention must be one of {tuple(ATTENTIONS)}, got {name!r}") from None
+    return _ATTENTIONS[name]
+  except (KeyError, TypeError):
+    raise ValueError(f"{where} must be one of {tuple(_ATTENTIONS)}, got {name!r}") from None
+
+
+def option_names(name: str) -> tuple[str, ...]:
+  """The options a layer of attention `name` accepts: its class's attributes less the model's."""
+  fields = (f.name for f in dataclasses.fields(get_attention(name)))
+  return tuple(f for f in fields if f not in MODEL_FIELDS and f not in _FLAX_FIELDS)
+
+
+def check_options(name: str, options: Mapping[str, Any], where: str = "options") -> dict[str, Any]:
+  """`options` as a dict, after checking every key is an option of attention `name`."""
+  if not isinstance(options, Mapping):
+    raise ValueError(f"{where} of attention {name!r} must be a mapping of option -> value, got {options!r}")
+  accepted = option_names(name)
+  for key in options:
+    if key in MODEL_FIELDS:
+      raise ValueError(f"{where}: {key!r} is set by the model config for every layer, not per attention")
+    if key not in accepted:
+      raise ValueError(f"{where}: {key!r} is not an option of attention {name!r}; accepted: {', '.join(accepted)}")
+  return dict(options)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+  """One layer's attention: a registered name and that attention's options (hashable, so configs stay static)."""
+
+  attention: str
+  options: tuple[tuple[str, Any], ...] = ()
+
+  def __post_init__(self):
+    check_options(self.attention, dict(self.options), f"layer {self.attention!r}")
+
+  @classmethod
+  def of(cls, entry: str | tuple | LayerSpec, defaults: Mapping[str, Any] | None = None) -> LayerSpec:
+    """A spec from a name, a (name, options) pair or a spec; `defaults` (per-name options) apply first."""
+    if isinstance(entry, LayerSpec):
+      name, own = entry.attention, dict(entry.options)
+    elif isinstance(entry, str):
+      name, own = entry, {}
+    elif isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str):
+      name, own = entry[0], check_options(entry[0], entry[1], f"layer {entry[0]!r}")
+    else:
+      raise ValueError(f"a layer must be an attention name or a (name, options) pair, got {entry!r}")
+    get_attention(name, "layers[i]")
+    merged = {**(defaults or {}), **own}
+    return cls(name, tuple(sorted(merged.items())))
+
+  @property
+  def kwargs(self) -> dict[str, Any]:
+    return dict(self.options)
+
+  def build(self, **model_fields) -> AttentionShell:
+    """The (unbound) attention module: the model's fields the class declares, then this layer's options.
+
+    `model_fields` may offer more than a class has (e.g. `max_len`, which only Linformer declares).
+    """
+    cls = get_attention(self.attention)
+    declared = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in model_fields.items() if k in declared}
+    return cls(**{**kwargs, **self.kwargs})

@@ -1,135 +1,88 @@
-"""`SoftmaxAttention`: the canonical multi-head attention baseline.
+"""`SoftmaxAttention`: the canonical multi-head attention baseline, on the shared attention shell.
 
-Same calling convention and parameter layout as `PrimalAttention` (query/key/
-value/out DenseGeneral over heads), and the release's masking: scores minus
-1e6 at masked keys, so the two are interchangeable by name in one block.
+Same parameter layout as `PrimalAttention` (query/key/value/out DenseGeneral
+over heads), and the release's masking: scores minus 1e6 at masked keys, so the
+two are interchangeable by name in one block.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
-from flax import linen as nn
 
-from primal_jax.attention.inputs import resolve_qkv
-from primal_jax.dropout import Dropout
-from primal_jax.initializers import linear_inits
+from primal_jax.attention.shell import AttentionShell
 from primal_jax.masks import attention_bias_mask
-from primal_jax.validation import check_divisible, check_positive
+from primal_jax.validation import check_choice
 
-# The release subtracts 1e6 from masked scores rather than using -inf, so a row
-# with every key masked stays finite (in float32 it stays close to the unmasked
-# softmax, since s - 1e6 keeps s to ~1/16); such rows are zeroed by the models.
+# The release subtracts 1e6 from masked scores rather than using -inf, so a row with every key
+# masked stays finite (in float32 it stays close to the unmasked softmax, since s - 1e6 keeps s to
+# ~1/16); such rows are zeroed by the models.
 MASK_PENALTY = 1e6
+IMPLS = ("einsum", "dot_product_attention")
 
 
-class SoftmaxAttention(nn.Module):
+class SoftmaxAttention(AttentionShell):
   """A = softmax(Q K^T / sqrt(p) - 1e6 * (1 - mask)); out = Linear(merge_heads(A V)).
 
   Attributes:
-    num_heads: H.
-    causal: mask keys j > i.
-    init_style: "flax", "torch" or "gpt2" (see `primal_jax.initializers`).
-    debug_checks: raise ValueError on NaN/inf inputs.
+    impl: "einsum" (the N x M weights formed explicitly: dropout on them,
+      `sow_weights`, decoding) or "dot_product_attention" (`jax.nn.dot_product_attention`,
+      XLA's fused attention where the platform has one). The fused form masks keys
+      with the dtype's most negative value instead of -1e6 (a row with every key
+      masked differs) and has no hook for dropout on the weights, so it refuses
+      `dropout_rate > 0`, `sow_weights` and `decode`.
     decode: incremental decoding with a key/value cache sized by the first
       (initialising) call's length.
-    The rest mirror `nn.MultiHeadDotProductAttention`.
+    The rest: see `AttentionShell`.
   """
 
-  num_heads: int
-  causal: bool = False
-  init_style: str = "flax"
-  debug_checks: bool = False
-  dtype: Any = None
-  param_dtype: Any = jnp.float32
-  qkv_features: int | None = None
-  out_features: int | None = None
-  broadcast_dropout: bool = True
-  dropout_rate: float = 0.0
-  dropout_impl: str = "threefry"  # mask generator: "threefry" (nn.Dropout) | "hash" (primal_jax.dropout)
-  deterministic: bool | None = None
-  precision: Any = None
-  kernel_init: Any = None
-  bias_init: Any = None
-  use_bias: bool = True
-  decode: bool = False
+  impl: str = "einsum"
 
-  @nn.compact
-  def __call__(
-    self,
-    inputs_q: jax.Array,
-    inputs_k: jax.Array | None = None,
-    inputs_v: jax.Array | None = None,
-    *,
-    inputs_kv: jax.Array | None = None,
-    mask: jax.Array | None = None,
-    deterministic: bool | None = None,
-    dropout_rng: jax.Array | None = None,
-    sow_weights: bool = False,
-  ) -> jax.Array:
-    """inputs_q [B, N, D], inputs_k/inputs_v [B, M, D] (default inputs_q) -> [B, N, D_out].
+  supports_decode: ClassVar[bool] = True
 
-    mask: [B, M] key padding (True = real) or [B, 1|H, N, M] attention mask.
-    """
-    check_positive(self.num_heads, "num_heads")
-    if self.decode and not self.causal:
-      raise ValueError("decode=True needs causal=True (the key/value cache only serves causal decoding)")
-    inputs_k, inputs_v = resolve_qkv(inputs_q, inputs_k, inputs_v, inputs_kv, debug_checks=self.debug_checks)
-    batch, length, width = inputs_q.shape
-    heads = self.num_heads
-    features = self.qkv_features or width
-    check_divisible(features, heads, "qkv_features", "num_heads")
-    p = features // heads
-    dtype = self.dtype or jnp.result_type(inputs_q.dtype, jnp.float32)
-    kernel_init, bias_init = linear_inits(self.init_style, width, self.kernel_init, self.bias_init)
-    project = functools.partial(
-      nn.DenseGeneral,
-      features=(heads, p),
-      dtype=dtype,
-      param_dtype=self.param_dtype,
-      precision=self.precision,
-      use_bias=self.use_bias,
-      kernel_init=nn.with_logical_partitioning(kernel_init, ("embed", "heads", "kv")),
-      bias_init=nn.with_logical_partitioning(bias_init, ("heads", "kv")),
-    )
-    q = project(name="query")(inputs_q)  # [B, N, H, p]
-    k = project(name="key")(inputs_k)  # [B, M, H, p]
-    v = project(name="value")(inputs_v)  # [B, M, H, p]
+  def validate(self) -> None:
+    check_choice(self.impl, IMPLS, "impl")
+    if self.impl == "dot_product_attention" and (self.decode or self.dropout_rate > 0.0):
+      raise ValueError(
+        "impl='dot_product_attention' supports neither decode nor dropout_rate > 0 (no hook for dropout on "
+        f"the fused weights); got decode={self.decode}, dropout_rate={self.dropout_rate}"
+      )
 
+  def attend(self, q, k, v, *, inputs_k, mask, deterministic, dropout_rng, sow_weights):
+    """q [B, N, H, p], k/v [B, M, H, p] -> [B, N, H, p]; mask [B, M] key padding or [B, 1|H, N, M]."""
+    del inputs_k
+    batch, length, _, p = q.shape
+    dtype = q.dtype
     if self.decode:
       if mask is not None:
         raise ValueError("SoftmaxAttention decode takes no mask: the cache is causal; pad prompts on the right")
       k, v, allowed = self._decode_cache(k, v)
     else:
       allowed = attention_bias_mask(mask, batch, length, k.shape[1], self.causal)
+    if self.impl == "dot_product_attention":
+      if sow_weights or self.is_mutable_collection("spectrum"):
+        raise ValueError("impl='dot_product_attention' forms no weights to sow; use impl='einsum'")
+      return jax.nn.dot_product_attention(q, k, v, mask=allowed)  # [B, N, H, p]
     scores = jnp.einsum("bnhd,bmhd->bhnm", q, k) / jnp.sqrt(jnp.asarray(p, dtype))
     if allowed is not None:
       scores = scores - MASK_PENALTY * (1.0 - allowed.astype(scores.dtype))
     weights = jax.nn.softmax(scores.astype(jnp.promote_types(dtype, jnp.float32)), axis=-1).astype(dtype)
     if sow_weights:
       self.sow("intermediates", "attention_weights", weights)
-    if self.dropout_rate > 0.0:
-      deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
-      broadcast = (1,) if self.broadcast_dropout else ()
-      weights = Dropout(self.dropout_rate, broadcast_dims=broadcast, impl=self.dropout_impl, name="dropout")(
-        weights, deterministic=deterministic, rng=dropout_rng
-      )
-    heads_out = jnp.einsum("bhnm,bmhd->bnhd", weights, v)  # [B, N, H, p]
-    out_kernel, out_bias = linear_inits(self.init_style, features, self.kernel_init, self.bias_init)
-    return nn.DenseGeneral(
-      features=self.out_features or width,
-      axis=(-2, -1),
-      dtype=dtype,
-      param_dtype=self.param_dtype,
-      precision=self.precision,
-      use_bias=self.use_bias,
-      kernel_init=nn.with_logical_partitioning(out_kernel, ("heads", "kv", "embed")),
-      bias_init=nn.with_logical_partitioning(out_bias, ("embed",)),
-      name="out",
-    )(heads_out)
+    self.sow_matrix("softmax", lambda: self._exact_weights(q, k, allowed), mask, batch, length)
+    weights = self.apply_dropout(weights, deterministic, dropout_rng, (1,) if self.broadcast_dropout else ())
+    return jnp.einsum("bhnm,bmhd->bnhd", weights, v)  # [B, N, H, p]
+
+  @staticmethod
+  def _exact_weights(q, k, allowed) -> jax.Array:
+    """[B, H, N, M] the weights in float32 with exact products (for spectra, not the TF32 passes of accelerators)."""
+    q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+    scores = jnp.einsum("bnhd,bmhd->bhnm", q, k, precision=jax.lax.Precision.HIGHEST) / jnp.sqrt(q.shape[-1] * 1.0)
+    if allowed is not None:
+      scores = scores - MASK_PENALTY * (1.0 - allowed.astype(scores.dtype))
+    return jax.nn.softmax(scores, axis=-1)
 
   def _decode_cache(self, k, v):
     """Writes a chunk of T keys/values at the cache index; returns the full cache and its mask.

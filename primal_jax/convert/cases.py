@@ -80,8 +80,7 @@ def run_lra_classifier(case: ReferenceCase) -> dict[str, np.ndarray]:
     dim=cfg["transformer_dim"],
     hidden_dim=cfg["transformer_hidden_dim"],
     num_heads=cfg["num_head"],
-    low_rank=we_shape[2] if we_shape else cfg.get("low_rank", 1),
-    num_samples=we_shape[1] if we_shape else None,
+    attention={"primal": dict(low_rank=we_shape[2], num_samples=we_shape[1])} if we_shape else {},
     pooling={"MEAN": "mean", "CLS": "cls"}[cfg["pooling_mode"]],
     num_classes=cfg["num_classes"],
   )
@@ -100,7 +99,7 @@ def run_lra_classifier(case: ReferenceCase) -> dict[str, np.ndarray]:
   spec = KSVDSpec("release", "params" if cfg.get("trace_no_x", True) else "data", "batch", "mean")
   loss_ksvd = ksvd_loss(state["ksvd"], spec)
   out.update(loss_ce=ce, loss_ksvd=loss_ksvd, loss=ce + cfg["eta"] * loss_ksvd)
-  out["sampled_indices"] = release_sample_indices(tokens.shape[1], config.num_samples)
+  out["sampled_indices"] = release_sample_indices(tokens.shape[1], we_shape[1])
   blocks = state["intermediates"]["body"]["encoder"]
   for i in primal_idx:
     attn = blocks[f"block_{i}"]["attention"]

@@ -2,11 +2,10 @@
 
 from primal_jax.models.blocks import EncoderBlock, MlpBlock, TokenEmbedding, TransformerStack
 from primal_jax.models.classifier import DualSequenceClassifier, SequenceClassifier, TokenEncoder, pool
-from primal_jax.models.config import FAMILIES, TransformerConfig, family_layers, make_config
+from primal_jax.models.config import STACKS, TransformerConfig, make_config, model_layers
 from primal_jax.models.lm import CausalLM, decode_step, init_cache
 
 __all__ = [
-  "FAMILIES",
   "CausalLM",
   "DualSequenceClassifier",
   "EncoderBlock",
@@ -14,11 +13,12 @@ __all__ = [
   "SequenceClassifier",
   "TokenEmbedding",
   "TokenEncoder",
+  "STACKS",
   "TransformerConfig",
   "TransformerStack",
   "decode_step",
-  "family_layers",
   "init_cache",
   "make_config",
+  "model_layers",
   "pool",
 ]

@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from primal_jax.attention.registry import get_attention
 from primal_jax.dropout import Dropout
 from primal_jax.initializers import embedding_init, linear_inits
 from primal_jax.models.config import TransformerConfig
@@ -83,25 +82,22 @@ class EncoderBlock(nn.Module):
 
   Attributes:
     config: model hyper-parameters.
-    attention: registry name of this layer's attention ("primal", "softmax").
+    layer: this block's index in `config.layers` (which names its attention and options).
     causal: causal attention (decoders).
     decode: incremental decoding (attention caches in the `cache` collection).
   """
 
   config: TransformerConfig
-  attention: str = "primal"
+  layer: int = 0
   causal: bool = False
   decode: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array | None, deterministic: bool) -> jax.Array:
     cfg = self.config
-    attention_cls = functools.partial(
-      get_attention(self.attention), decode=self.decode, **cfg.attention_kwargs(self.attention, self.causal)
-    )
     norm1 = block_norm(cfg, "norm1", deterministic)
     norm2 = block_norm(cfg, "norm2", deterministic)
-    attention = attention_cls(name="attention")
+    attention = cfg.layer_attention(self.layer, causal=self.causal, decode=self.decode, name="attention")
     mlp = MlpBlock(cfg, name="mlp")
     dropout = Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)
     if cfg.norm_position == "post":
@@ -120,8 +116,8 @@ class TransformerStack(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
-    for i, name in enumerate(self.config.layers):
-      x = EncoderBlock(self.config, name, self.causal, self.decode, name=f"block_{i}")(x, mask, deterministic)
+    for i in range(self.config.num_layers):
+      x = EncoderBlock(self.config, i, self.causal, self.decode, name=f"block_{i}")(x, mask, deterministic)
     x = layer_norm(self.config, "final_norm")(x)
     if mask is not None and self.config.mask_final:
       x = x * mask[..., None].astype(x.dtype)

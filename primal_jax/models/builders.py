@@ -2,8 +2,9 @@
 
 The train loop only knows `build_model(model_config, info)`: a task's data
 (`info`: sequence length, channels, classes) plus the config's `model` section
-(family, sizes, Primal-Attention options) give the module and the batch keys
-it is called on, so new model kinds are one entry here, not a new trainer.
+(sizes, `layers`: one attention name per layer, `attention`: options per
+attention name) give the module and the batch keys it is called on, so new
+model kinds are one entry here, not a new trainer.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from primal_jax.models.classifier import DualSequenceClassifier, SequenceClassifier
-from primal_jax.models.config import FAMILIES, TransformerConfig, make_config
+from primal_jax.models.config import TransformerConfig
+from primal_jax.models.lm import CausalLM
 from primal_jax.models.timeseries import TimeSeriesClassifier, timeseries_config
 
 DTYPES = types.MappingProxyType({"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16})
 # Keys of the config's `model` section consumed by the builders themselves (the rest go to TransformerConfig).
-_BUILDER_KEYS = ("name", "family", "num_layers", "mask_attention", "dtype", "param_dtype")
+_BUILDER_KEYS = ("name", "mask_attention", "dtype", "param_dtype")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +33,7 @@ class BuiltModel:
 
   module: nn.Module
   input_keys: tuple[str, ...]
+  task: str = "classification"  # the objective its outputs serve (primal_jax.training.objectives)
 
 
 def _dtype(name: str, field: str):
@@ -39,9 +42,20 @@ def _dtype(name: str, field: str):
   return DTYPES[name]
 
 
+def _plain(value):
+  """ConfigDicts and lists as dicts and tuples (a config's `layers` and `attention` sections)."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  if isinstance(value, dict):
+    return {k: _plain(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return tuple(_plain(v) for v in value)
+  return value
+
+
 def _transformer_kwargs(model_config) -> dict[str, Any]:
   cfg = dict(model_config.items()) if hasattr(model_config, "items") else dict(vars(model_config))
-  kwargs = {k: v for k, v in cfg.items() if k not in _BUILDER_KEYS}
+  kwargs = {k: _plain(v) for k, v in cfg.items() if k not in _BUILDER_KEYS}
   kwargs["dtype"] = _dtype(cfg.get("dtype", "float32"), "dtype")
   kwargs["param_dtype"] = _dtype(cfg.get("param_dtype", "float32"), "param_dtype")
   return kwargs
@@ -49,36 +63,23 @@ def _transformer_kwargs(model_config) -> dict[str, Any]:
 
 def build_timeseries(model_config, info) -> BuiltModel:
   """UEA classifier; `info` gives seq_len and num_classes."""
+  kwargs = _transformer_kwargs(model_config)
   try:
-    config = timeseries_config(
-      model_config.family,
-      seq_len=info.seq_len,
-      num_classes=info.num_classes,
-      num_layers=model_config.num_layers,
-      **_transformer_kwargs(model_config),
-    )
+    config = timeseries_config(seq_len=info.seq_len, num_classes=info.num_classes, **kwargs)
   except TypeError as err:  # an unknown key in the config's model section
     raise ValueError(f"bad model config for 'timeseries': {err}") from err
   module = TimeSeriesClassifier(config, mask_attention=model_config.get("mask_attention", True))
   return BuiltModel(module, ("inputs", "mask"))
 
 
-def _lra_config(model_config, info):
-  """`family` is a model family (primalformer, primal_plus, softmax) or any registered attention
-  name, which then fills every layer (the LRA baselines: linear, performer, ...)."""
-  kwargs = _transformer_kwargs(model_config)
+def _lra_config(model_config, info, **kwargs):
+  """TransformerConfig of a token model; `kwargs` override the config's model section."""
+  kwargs = {**_transformer_kwargs(model_config), **kwargs}
   # The release sizes its embedding tables from its own vocabularies (e.g. 512 for bytes); a larger
   # `model.vocab_size` than the data's reproduces its parameter counts.
   vocab_size = max(kwargs.pop("vocab_size", 0) or 0, info.vocab_size)
-  family, layers = model_config.family, model_config.num_layers
   try:
-    if family in FAMILIES:
-      return make_config(
-        family, layers, vocab_size=vocab_size, max_len=info.seq_len, num_classes=info.num_classes, **kwargs
-      )
-    return TransformerConfig(
-      layers=(family,) * layers, vocab_size=vocab_size, max_len=info.seq_len, num_classes=info.num_classes, **kwargs
-    )
+    return TransformerConfig(vocab_size=vocab_size, max_len=info.seq_len, num_classes=info.num_classes, **kwargs)
   except TypeError as err:
     raise ValueError(f"bad model config for {model_config.name!r}: {err}") from err
 
@@ -93,8 +94,20 @@ def build_lra_dual(model_config, info) -> BuiltModel:
   return BuiltModel(DualSequenceClassifier(_lra_config(model_config, info)), ("inputs", "inputs2", "mask", "mask2"))
 
 
+def build_lm(model_config, info) -> BuiltModel:
+  """Causal decoder LM (`CausalLM`) for next-token tasks: ids [B, T] -> logits [B, T, vocab].
+
+  Primal layers get data-independent W_e, W_r unless `attention.primal.data_dependent` says otherwise
+  (the causal layer then refuses True: rows sampled over the whole sequence would leak future tokens).
+  """
+  attention = _plain(model_config.get("attention", {})) or {}
+  attention["primal"] = {"data_dependent": False, **attention.get("primal", {})}
+  config = _lra_config(model_config, info, attention=attention)
+  return BuiltModel(CausalLM(config), ("inputs",), task="next_token")
+
+
 MODEL_BUILDERS: types.MappingProxyType[str, Callable[..., BuiltModel]] = types.MappingProxyType(
-  {"timeseries": build_timeseries, "lra": build_lra, "lra_dual": build_lra_dual}
+  {"timeseries": build_timeseries, "lra": build_lra, "lra_dual": build_lra_dual, "lm": build_lm}
 )
 
 

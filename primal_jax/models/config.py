@@ -1,79 +1,93 @@
 """Frozen model hyper-parameters, shared by every model family.
 
-Which layers use Primal-Attention is a per-layer tuple of attention names, so
-PrimalFormer (all Primal), Primal.+X (last layer Primal) and the softmax
-Transformer are configs, not separate model classes.
+Each layer names its attention (and that attention's options), so PrimalFormer
+(all Primal), Primal.+X (last layer Primal), the softmax Transformer and the
+baselines are configs, not separate model classes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
 
-from primal_jax.attention.registry import ATTENTIONS
+from primal_jax.attention.registry import ATTENTIONS, LayerSpec, check_options, get_attention
 from primal_jax.dropout import DROPOUT_IMPLS
 from primal_jax.initializers import INIT_STYLES
 from primal_jax.validation import check_choice, check_divisible, check_positive
 
-FAMILIES = ("primalformer", "primal_plus", "softmax")
+STACKS = ("primalformer", "primal_plus")  # besides any registered attention name
 POOLINGS = ("mean", "masked_mean", "cls")
 NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layer", "batch")
 
 
-def family_layers(family: str, num_layers: int) -> tuple[str, ...]:
-  """Per-layer attention names of a model family.
+def model_layers(model: str, num_layers: int, num_primal: int = 1) -> tuple[str, ...]:
+  """Per-layer attention names of a model named as in the paper.
 
-  "primalformer": every layer Primal; "primal_plus": only the last layer
-  Primal (Primal.+X with X the softmax Transformer); "softmax": none.
+  "primalformer": every layer Primal; "primal_plus": the last `num_primal`
+  layers Primal, the rest softmax (Primal.+X with X the softmax Transformer);
+  any registered attention name: every layer uses it ("softmax" is Trans.).
   """
-  check_choice(family, FAMILIES, "family")
   check_positive(num_layers, "num_layers")
-  primal_from = {"primalformer": 0, "primal_plus": num_layers - 1, "softmax": num_layers}[family]
-  return tuple("primal" if i >= primal_from else "softmax" for i in range(num_layers))
+  if model == "primalformer":
+    return ("primal",) * num_layers
+  if model == "primal_plus":
+    check_positive(num_primal, "num_primal")
+    if num_primal > num_layers:
+      raise ValueError(f"num_primal ({num_primal}) must be <= num_layers ({num_layers})")
+    return ("softmax",) * (num_layers - num_primal) + ("primal",) * num_primal
+  if model not in ATTENTIONS:
+    raise ValueError(f"model must be one of {', '.join(STACKS + tuple(ATTENTIONS))}, got {model!r}")
+  return (model,) * num_layers
+
+
+def stack_name(layers) -> str:
+  """The inverse of `model_layers` for logs and labels: "primalformer", "primal_plus", an attention name,
+  or the layers joined by "+" for any other stack."""
+  names = tuple(getattr(entry, "attention", entry) for entry in layers)
+  if names and all(name == names[0] for name in names):
+    return "primalformer" if names[0] == "primal" else names[0]
+  first_primal = names.index("primal") if "primal" in names else len(names)
+  if set(names[first_primal:]) == {"primal"} and set(names[:first_primal]) == {"softmax"}:
+    return "primal_plus"
+  return "+".join(names)
+
+
+def _frozen_options(attention: Mapping | tuple) -> tuple[tuple[str, tuple], ...]:
+  """{name: {option: value}} as sorted nested tuples (hashable), each name's options checked."""
+  items = attention.items() if isinstance(attention, Mapping) else attention
+  out = []
+  for name, options in items:
+    options = dict(options) if not isinstance(options, Mapping) else options
+    out.append((name, tuple(sorted(check_options(name, options, f"attention[{name!r}]").items()))))
+  return tuple(sorted(out))
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-  """Hyper-parameters of a pre-norm Transformer with Primal or softmax layers.
+  """Hyper-parameters of a Transformer whose layers each name their attention.
 
-  Defaults are the release's LRA ListOps PrimalFormer (2 layers, dim 64,
-  hidden 128, 2 heads x 32, s = 20, rank_multi 10).
+  `layers` holds one entry per layer: an attention name, a (name, options)
+  pair or a `LayerSpec`; `attention` gives options per attention name, applied
+  to every layer of that name before the layer's own. Both are normalised to
+  `LayerSpec`s in `layers`, so `config.layers[i].kwargs` is what layer i's
+  attention receives. Defaults are the release's LRA ListOps PrimalFormer
+  (2 layers, dim 64, hidden 128, 2 heads x 32, s = 20, rank_multi 10).
   """
 
-  layers: tuple[str, ...] = ("primal", "primal")
+  layers: tuple = ("primal", "primal")
+  attention: Any = ()  # {name: {option: value}}
   vocab_size: int = 32
   max_len: int = 512
   dim: int = 64
   hidden_dim: int = 128
   num_heads: int = 2
-  # Primal-Attention.
-  low_rank: int = 20
-  rank_multi: int = 10
-  num_samples: int | None = None
-  allow_rank_deficient: bool = False  # s > n allowed (see PrimalAttention)
-  data_dependent: bool = True  # must be False for causal models (CausalLM)
-  feature_map: str = "cosine"
-  sampling: str = "release"
-  # LRA baselines (primal_jax.attention.baselines); defaults from the Nystromformer LRA code the release builds on.
-  linear_normalize: bool = True  # "linear": Katharopoulos normaliser (False: the release's unnormalised form)
-  performer_features: int = 256  # "performer": random features m (release "performer-256", rp_dim)
-  performer_seed: int = 0  # "performer": seed of the fixed features (shared by all performer layers)
-  linformer_k: int = 256  # "linformer": projected length (release "linformer-256"); E, F span max_len
-  linformer_share_kv: bool = False  # "linformer": F = E (the release shares one projection)
-  num_landmarks: int = 64  # "nystromformer": landmarks m (release nystrom-32/64/128/256)
-  conv_kernel_size: int = 35  # "nystromformer": depthwise conv residual on values (release 35; 0 = off)
-  pinv_iterations: int = 6  # "nystromformer": iterative pseudo-inverse steps (the paper's 6)
-  # Dropout on the baselines' head outputs; None = attention_dropout_rate. The release applies none (0.0).
-  baseline_dropout_rate: float | None = 0.0
   # Regularisation and numerics.
   dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
-  # Dropout on Primal heads' outputs; None = attention_dropout_rate. The release's time-series
-  # PrimalCosAttention defines a dropout it never applies (0.0 reproduces it).
-  primal_dropout_rate: float | None = None
+  attention_dropout_rate: float = 0.1  # every attention's dropout_rate unless its options set one
   # Dropout mask generator everywhere: "threefry" (= nn.Dropout) or "hash" (a counter hash keyed by the
   # same PRNG key, several times cheaper on CPU; see primal_jax/dropout.py).
   dropout_impl: str = "threefry"
@@ -96,22 +110,19 @@ class TransformerConfig:
     check_positive(self.dim, "dim")
     check_positive(self.num_heads, "num_heads")
     check_divisible(self.dim, self.num_heads, "dim", "num_heads")
-    if not self.layers:
-      raise ValueError("layers must name at least one attention layer")
-    for name in self.layers:
-      check_choice(name, tuple(ATTENTIONS), "layers[i]")
-    used = set(self.layers)
-    if "performer" in used:
-      check_positive(self.performer_features, "performer_features")
-    if "linformer" in used:
-      check_positive(self.linformer_k, "linformer_k")
-      check_positive(self.max_len, "max_len")
-    if "nystromformer" in used:
-      check_positive(self.num_landmarks, "num_landmarks")
-      check_positive(self.pinv_iterations, "pinv_iterations")
-      size = self.conv_kernel_size
-      if not isinstance(size, int) or isinstance(size, bool) or size < 0 or (size > 0 and size % 2 == 0):
-        raise ValueError(f"conv_kernel_size must be 0 (off) or an odd integer >= 1, got {size!r}")
+    if isinstance(self.layers, str) or not self.layers:
+      raise ValueError(
+        f"layers must be a non-empty sequence of attention names or (name, options), got {self.layers!r}"
+      )
+    attention = _frozen_options(self.attention)
+    defaults = {name: dict(options) for name, options in attention}
+    for name in defaults:
+      get_attention(name)
+    layers = tuple(LayerSpec.of(entry, defaults.get(_name_of(entry))) for entry in self.layers)
+    object.__setattr__(self, "attention", attention)
+    object.__setattr__(self, "layers", layers)
+    for i in range(len(layers)):  # option values fail here, not at the first call
+      self.layer_attention(i).validate()
     check_choice(self.pooling, POOLINGS, "pooling")
     check_choice(self.init_style, INIT_STYLES, "init_style")
     check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
@@ -122,53 +133,37 @@ class TransformerConfig:
   def num_layers(self) -> int:
     return len(self.layers)
 
-  def attention_kwargs(self, name: str, causal: bool) -> dict[str, Any]:
-    """Constructor kwargs of the attention registered under `name`."""
-    baseline_dropout = self.attention_dropout_rate if self.baseline_dropout_rate is None else self.baseline_dropout_rate
-    common = dict(
+  @property
+  def layer_names(self) -> tuple[str, ...]:
+    return tuple(spec.attention for spec in self.layers)
+
+  def layer_attention(self, index: int, *, causal: bool = False, decode: bool = False, name: str = "attention"):
+    """The attention module of layer `index` (unbound; create it inside a compact method)."""
+    return self.layers[index].build(
       num_heads=self.num_heads,
       causal=causal,
+      decode=decode,
       dropout_rate=self.attention_dropout_rate,
       dropout_impl=self.dropout_impl,
       init_style=self.init_style,
       dtype=self.dtype,
       param_dtype=self.param_dtype,
+      max_len=self.max_len,
+      name=name,
     )
-    specific = {
-      "primal": dict(
-        dropout_rate=self.attention_dropout_rate if self.primal_dropout_rate is None else self.primal_dropout_rate,
-        low_rank=self.low_rank,
-        rank_multi=self.rank_multi,
-        num_samples=self.num_samples,
-        allow_rank_deficient=self.allow_rank_deficient,
-        data_dependent=self.data_dependent,
-        feature_map=self.feature_map,
-        sampling=self.sampling,
-      ),
-      "softmax": {},
-      "linear": dict(dropout_rate=baseline_dropout, normalize=self.linear_normalize),
-      "performer": dict(
-        dropout_rate=baseline_dropout, num_features=self.performer_features, feature_seed=self.performer_seed
-      ),
-      "linformer": dict(
-        dropout_rate=baseline_dropout,
-        max_len=self.max_len,
-        linformer_k=self.linformer_k,
-        share_kv=self.linformer_share_kv,
-      ),
-      "nystromformer": dict(
-        dropout_rate=baseline_dropout,
-        num_landmarks=self.num_landmarks,
-        conv_kernel_size=self.conv_kernel_size,
-        pinv_iterations=self.pinv_iterations,
-      ),
-      "cosformer": dict(dropout_rate=baseline_dropout),
-    }
-    if name not in specific:
-      raise ValueError(f"attention_kwargs has no entry for attention {name!r}; add its fields to TransformerConfig")
-    return {**common, **specific[name]}
 
 
-def make_config(family: str = "primalformer", num_layers: int = 2, **overrides) -> TransformerConfig:
-  """A `TransformerConfig` for a model family, e.g. make_config("primal_plus", 6, dim=512)."""
-  return TransformerConfig(layers=family_layers(family, num_layers), **overrides)
+def _name_of(entry) -> str | None:
+  if isinstance(entry, LayerSpec):
+    return entry.attention
+  if isinstance(entry, str):
+    return entry
+  if isinstance(entry, (tuple, list)) and entry and isinstance(entry[0], str):
+    return entry[0]
+  return None
+
+
+def make_config(model: str = "primalformer", num_layers: int = 2, **overrides) -> TransformerConfig:
+  """A `TransformerConfig` for a model named as in `model_layers`, e.g.
+  make_config("primal_plus", 6, dim=512, attention={"primal": {"low_rank": 30}})."""
+  return TransformerConfig(layers=model_layers(model, num_layers), **overrides)

@@ -18,8 +18,8 @@ class CausalLM(nn.Module):
   """Decoder-only LM: ids [B, T] -> next-token logits [B, T, vocab].
 
   Attributes:
-    config: hyper-parameters; Primal layers are causal, so the config needs
-      `data_dependent=False` (sampled rows would leak future tokens).
+    config: hyper-parameters; Primal layers are causal, so their options need
+      `data_dependent=False` (sampled rows would leak future tokens; the layer refuses it).
     decode: incremental decoding; the `cache` collection keeps the position
       and each layer's state. Use `init_cache` and `decode_step`.
   """
@@ -30,10 +30,6 @@ class CausalLM(nn.Module):
   @nn.compact
   def __call__(self, tokens: jax.Array, mask: jax.Array | None = None, deterministic: bool = True):
     check_tokens(tokens, self.config)
-    if self.config.data_dependent and "primal" in self.config.layers:
-      raise ValueError(
-        "CausalLM needs config.data_dependent=False: rows sampled over the whole sequence would leak future tokens"
-      )
     length = tokens.shape[1]
     if self.decode:
       initialized = self.has_variable("cache", "position")

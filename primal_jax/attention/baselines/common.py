@@ -1,27 +1,20 @@
-"""What every baseline attention shares: inputs, masks, projections, head dropout, output.
+"""What every baseline attention shares beyond the attention shell: padding masks and head layout.
 
-`BaselineAttention` is the thin Linen shell: query/key/value `DenseGeneral`
-over heads and the output `DenseGeneral`, with the parameter tree and logical
-axis names of `SoftmaxAttention` (so a checkpoint's projections carry over).
-Subclasses only implement `attend`, which calls a pure function on
-[B, H, N, p] arrays. None of these mechanisms has an N x M weight matrix that a
+`BaselineAttention` puts the heads first ([B, H, N, p]) and reduces the mask to
+paddings; subclasses only implement `attend_heads`, which calls a pure function
+on those arrays. None of these mechanisms has an N x M weight matrix that a
 general attention mask could edit, so a mask is reduced to key (and query)
 padding; causality comes from the `causal` attribute alone.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-from flax import linen as nn
 
-from primal_jax.attention.inputs import resolve_qkv
-from primal_jax.dropout import Dropout
-from primal_jax.initializers import linear_inits
-from primal_jax.validation import check_divisible, check_positive
+from primal_jax.attention.shell import AttentionShell
 
 
 def compute_dtype(dtype) -> Any:
@@ -72,46 +65,21 @@ def zero_padded(x: jax.Array, valid: jax.Array | None) -> jax.Array:
   return jnp.where(valid[:, None, :, None], x, jnp.zeros((), x.dtype))
 
 
-class BaselineAttention(nn.Module):
-  """Shell of the baseline attentions: out = Linear(merge_heads(attend(Q, K, V))).
+class BaselineAttention(AttentionShell):
+  """The baselines' core on the attention shell: heads_out = attend_heads(Q, K, V) on [B, H, N, p].
 
-  Attributes:
-    num_heads: H.
-    causal: causal attention; only mechanisms with `supports_causal` accept it.
-    init_style: "flax", "torch" or "gpt2" (see `primal_jax.initializers`).
-    debug_checks: raise ValueError on NaN/inf inputs.
+  Attributes (beyond `AttentionShell`'s):
     dropout_rate: dropout on the heads' outputs [B, H, N, p] before the output
       projection (there is no attention-weight matrix to drop; the
       Nystromformer LRA code that the paper's baselines come from applies none).
-    decode: accepted for the block interface; True is an error (no cache).
-    The rest mirror `nn.MultiHeadDotProductAttention` (`broadcast_dropout` is
-    accepted and ignored, as in `PrimalAttention`).
+    `broadcast_dropout` is accepted and ignored, as in `PrimalAttention`;
+    `decode=True` is refused (no decoding cache); `causal=True` only where
+    `supports_causal`.
   """
-
-  num_heads: int
-  causal: bool = False
-  init_style: str = "flax"
-  debug_checks: bool = False
-  dtype: Any = None
-  param_dtype: Any = jnp.float32
-  qkv_features: int | None = None
-  out_features: int | None = None
-  broadcast_dropout: bool = True
-  dropout_rate: float = 0.0
-  dropout_impl: str = "threefry"  # mask generator: "threefry" (nn.Dropout) | "hash" (primal_jax.dropout)
-  deterministic: bool | None = None
-  precision: Any = None
-  kernel_init: Any = None
-  bias_init: Any = None
-  use_bias: bool = True
-  decode: bool = False
 
   supports_causal: ClassVar[bool] = False
 
-  def validate(self) -> None:
-    """Checks of the mechanism's own attributes (subclasses extend it)."""
-
-  def attend(
+  def attend_heads(
     self,
     q: jax.Array,
     k: jax.Array,
@@ -122,87 +90,15 @@ class BaselineAttention(nn.Module):
     """q [B, H, N, p], k/v [B, H, M, p], paddings [B, N] / [B, M] bool or None -> [B, H, N, p]."""
     raise NotImplementedError
 
-  @nn.compact
-  def __call__(
-    self,
-    inputs_q: jax.Array,
-    inputs_k: jax.Array | None = None,
-    inputs_v: jax.Array | None = None,
-    *,
-    inputs_kv: jax.Array | None = None,
-    mask: jax.Array | None = None,
-    deterministic: bool | None = None,
-    dropout_rng: jax.Array | None = None,
-    sow_weights: bool = False,
-  ) -> jax.Array:
-    """Applies the attention.
-
-    Args:
-      inputs_q: [B, N, D] queries input.
-      inputs_k: [B, M, D] keys input (default `inputs_q`).
-      inputs_v: [B, M, D] values input (default `inputs_k`).
-      inputs_kv: alias setting both `inputs_k` and `inputs_v` (Flax compatibility).
-      mask: [B, M] key padding (True = real) or a Flax attention mask
-        [B, 1|H, N, M], reduced to padding (see `padding_masks`).
-      deterministic: disables dropout; merged with the attribute.
-      dropout_rng: optional explicit dropout key.
-      sow_weights: ignored (no N x M weight matrix is formed).
-    Returns:
-      [B, N, out_features]; rows of padded queries are not zeroed (as `SoftmaxAttention`).
-    """
-    del sow_weights
-    name = type(self).__name__
-    check_positive(self.num_heads, "num_heads")
-    if self.decode:
-      raise ValueError(f"decode=True is not supported by {name} (it keeps no decoding cache)")
-    if self.causal and not self.supports_causal:
-      raise ValueError(f"causal=True is not supported by {name} (non-causal only)")
-    self.validate()
-    inputs_k, inputs_v = resolve_qkv(inputs_q, inputs_k, inputs_v, inputs_kv, debug_checks=self.debug_checks)
-    if inputs_k.shape[0] != inputs_q.shape[0]:
-      raise ValueError(f"inputs_k must have batch size {inputs_q.shape[0]} (that of inputs_q), got {inputs_k.shape}")
-    if self.causal and inputs_k.shape[1] != inputs_q.shape[1]:
-      raise ValueError(
-        f"causal attention needs as many queries as keys, got {inputs_q.shape[1]} and {inputs_k.shape[1]}"
-      )
-    batch, length, width = inputs_q.shape
-    heads = self.num_heads
-    features = self.qkv_features or width
-    check_divisible(features, heads, "qkv_features", "num_heads")
-    p = features // heads
-    dtype = self.dtype or jnp.result_type(inputs_q.dtype, jnp.float32)
-    query_valid, key_valid = padding_masks(mask, batch, length, inputs_k.shape[1])
-
-    kernel_init, bias_init = linear_inits(self.init_style, width, self.kernel_init, self.bias_init)
-    project = functools.partial(
-      nn.DenseGeneral,
-      features=(heads, p),
-      dtype=dtype,
-      param_dtype=self.param_dtype,
-      precision=self.precision,
-      use_bias=self.use_bias,
-      kernel_init=nn.with_logical_partitioning(kernel_init, ("embed", "heads", "kv")),
-      bias_init=nn.with_logical_partitioning(bias_init, ("heads", "kv")),
-    )
-    q = jnp.swapaxes(project(name="query")(inputs_q), 1, 2)  # [B, H, N, p]
-    k = jnp.swapaxes(project(name="key")(inputs_k), 1, 2)  # [B, H, M, p]
-    v = jnp.swapaxes(project(name="value")(inputs_v), 1, 2)  # [B, H, M, p]
-    heads_out = self.attend(q, k, v, query_valid, key_valid).astype(dtype)  # [B, H, N, p]
-
-    if self.dropout_rate > 0.0:
-      deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
-      heads_out = Dropout(self.dropout_rate, broadcast_dims=(), impl=self.dropout_impl, name="dropout")(
-        heads_out, deterministic=deterministic, rng=dropout_rng
-      )
-    out_kernel, out_bias = linear_inits(self.init_style, features, self.kernel_init, self.bias_init)
-    return nn.DenseGeneral(
-      features=self.out_features or width,
-      axis=(-2, -1),
-      dtype=dtype,
-      param_dtype=self.param_dtype,
-      precision=self.precision,
-      use_bias=self.use_bias,
-      kernel_init=nn.with_logical_partitioning(out_kernel, ("heads", "kv", "embed")),
-      bias_init=nn.with_logical_partitioning(out_bias, ("embed",)),
-      name="out",
-    )(jnp.swapaxes(heads_out, 1, 2))  # [B, N, H, p] -> [B, N, D_out]
+  def attend(self, q, k, v, *, inputs_k, mask, deterministic, dropout_rng, sow_weights):
+    """Reduces `mask` to padding (`padding_masks`) and runs `attend_heads`; rows of padded queries
+    are not zeroed (as `SoftmaxAttention`). `sow_weights` is ignored (no N x M matrix is formed)."""
+    del inputs_k, sow_weights
+    batch, length = q.shape[:2]
+    if self.causal and k.shape[1] != length:
+      raise ValueError(f"causal attention needs as many queries as keys, got {length} and {k.shape[1]}")
+    query_valid, key_valid = padding_masks(mask, batch, length, k.shape[1])
+    q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # [B, H, N|M, p]
+    heads_out = self.attend_heads(q, k, v, query_valid, key_valid).astype(q.dtype)  # [B, H, N, p]
+    heads_out = self.apply_dropout(heads_out, deterministic, dropout_rng)
+    return jnp.swapaxes(heads_out, 1, 2)  # [B, N, H, p]

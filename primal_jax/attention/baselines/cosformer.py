@@ -11,6 +11,7 @@ s_ij = <[q_i sin a_i, q_i cos a_i], [k_j sin a_j, k_j cos a_j]>, a kernel of
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -68,8 +69,8 @@ class CosformerAttention(BaselineAttention):
 
   eps: float = DENOMINATOR_EPS
 
-  supports_causal = True
+  supports_causal: ClassVar[bool] = True
 
-  def attend(self, q, k, v, query_valid, key_valid):
+  def attend_heads(self, q, k, v, query_valid, key_valid):
     del query_valid
     return cosformer_attention(q, k, v, key_valid, causal=self.causal, eps=self.eps)

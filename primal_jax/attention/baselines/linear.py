@@ -9,6 +9,8 @@ attention factorises through an f x p summary of the keys and costs O(N f p):
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 
@@ -112,8 +114,8 @@ class LinearAttention(BaselineAttention):
   normalize: bool = True
   eps: float = DENOMINATOR_EPS
 
-  supports_causal = True
+  supports_causal: ClassVar[bool] = True
 
-  def attend(self, q, k, v, query_valid, key_valid):
+  def attend_heads(self, q, k, v, query_valid, key_valid):
     del query_valid
     return linear_attention(q, k, v, key_valid, causal=self.causal, normalize=self.normalize, eps=self.eps)

@@ -72,7 +72,7 @@ class LinformerAttention(BaselineAttention):
     check_positive(self.max_len, "max_len")
     check_positive(self.linformer_k, "linformer_k")
 
-  def attend(self, q, k, v, query_valid, key_valid):
+  def attend_heads(self, q, k, v, query_valid, key_valid):
     del query_valid
     length = k.shape[2]
     if length > self.max_len:

@@ -180,7 +180,7 @@ class NystromAttention(BaselineAttention):
     if not isinstance(size, int) or isinstance(size, bool) or size < 0 or (size > 0 and size % 2 == 0):
       raise ValueError(f"conv_kernel_size must be 0 (off) or an odd integer >= 1, got {size!r}")
 
-  def attend(self, q, k, v, query_valid, key_valid):
+  def attend_heads(self, q, k, v, query_valid, key_valid):
     out = nystrom_attention(
       q,
       k,

@@ -152,6 +152,6 @@ class PerformerAttention(BaselineAttention):
     """[num_features, head_dim] directions of this module (a function of `feature_seed` only)."""
     return orthogonal_random_features(jax.random.key(self.feature_seed), self.num_features, head_dim)
 
-  def attend(self, q, k, v, query_valid, key_valid):
+  def attend_heads(self, q, k, v, query_valid, key_valid):
     del query_valid
     return performer_attention(q, k, v, self.projection(q.shape[-1]), key_valid, eps=self.feature_eps)
