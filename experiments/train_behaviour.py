@@ -94,9 +94,9 @@ def export(args, train_command: str):
       "score_sto": float(pol.normalized_score(args.env, mean(sto))),
     }
 
-  # medium: the first 3 snapshots inside the band 30-50 by the cheap run-time evaluation (else the 3 nearest to
+  # medium: the first 5 snapshots inside the band 30-50 by the cheap run-time evaluation (else the 3 nearest to
   # 40), re-scored on 10 episodes; the one closest to 40 wins. Earliest first keeps it stable as training goes on.
-  band = [s for s in evals if 30.0 <= evals[s]["score_sto"] <= 50.0][:3]
+  band = [s for s in evals if 30.0 <= evals[s]["score_sto"] <= 50.0][:5]
   near = band or sorted(evals, key=lambda s: abs(evals[s]["score_sto"] - 40.0))[:3]
   scored = {s: full_eval(s) for s in near}
   medium = min(scored, key=lambda s: abs(scored[s]["score_sto"] - 40.0))
