@@ -114,6 +114,7 @@ def export(args, train_command: str):
     "env": args.env,
     "env_id": pol.ENV_IDS[args.env],
     "train_command": train_command,
+    "resume_command": f"nice -n 19 nohup {train_command} >> {args.workdir}/train.log 2>&1 &",
     "export_command": f"python -m experiments.train_behaviour --env={args.env} --workdir={args.workdir} --export",
     "trained_steps": max(evals),
     "evaluation": f"{EXPORT_EPISODES} episodes, env seeds 20000.., det = tanh(mean), sto = sampled (rng seed 20000)",

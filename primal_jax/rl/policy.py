@@ -7,7 +7,9 @@ so the stored `actions` are exactly the ones executed.
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -72,11 +74,20 @@ class NumpyPolicy:
 
 
 def save_policy(path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
-  """Write the actor arrays and a JSON metadata string into one `.npz`."""
+  """Write the actor arrays and a JSON metadata string into one `.npz` with fixed zip timestamps.
+
+  `np.savez` stamps each member with the current time; fixed stamps make the same weights the same bytes, so a
+  re-export leaves committed files (and the datasets cached under their sha256) unchanged.
+  """
   path = Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_suffix(".tmp.npz")
-  np.savez(tmp, **arrays, meta=np.asarray(json.dumps(meta, sort_keys=True)))
+  members = {**arrays, "meta": np.asarray(json.dumps(meta, sort_keys=True))}
+  with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as zf:
+    for name in sorted(members):
+      buf = io.BytesIO()
+      np.lib.format.write_array(buf, np.asarray(members[name]), allow_pickle=False)
+      zf.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buf.getvalue())
   tmp.replace(path)
   return path
 
