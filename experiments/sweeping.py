@@ -417,6 +417,36 @@ def aggregate(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRu
   return rows
 
 
+def stored_rows(workdir: str | Path) -> list[Row]:
+  """One Row per (table cell, protocol) from the finished runs' own records, without planning a sweep.
+
+  Every `result.json` names the cells it reports to, so a finished sweep's tables can be rebuilt after its
+  sweep file or configs changed (which changes the run hashes that `aggregate` looks runs up by). Rows are
+  sorted by (table, labels, protocol); accuracies within a row by seed. `planned` is the number found.
+  """
+  groups: dict[tuple[Cell, str], list[tuple[int, dict]]] = {}
+  for path in sorted(Path(workdir).glob(f"runs/*/{RESULT_FILE}")):
+    result = json.loads(path.read_text())
+    for entry in result["runs"]:
+      recorded = entry["cell"]
+      cell = Cell(recorded["table"], tuple(tuple(pair) for pair in recorded["labels"]), recorded["paper"])
+      groups.setdefault((cell, entry["protocol"]), []).append((entry["seed"], result))
+  rows = []
+  for (cell, protocol), found in sorted(groups.items(), key=lambda i: (i[0][0].table, i[0][0].labels, i[0][1])):
+    results = [result for _, result in sorted(found, key=lambda pair: pair[0])]
+    metric = PROTOCOL_METRIC[protocol]
+    rows.append(
+      Row(
+        cell,
+        protocol,
+        tuple(100.0 * r["summary"][metric]["accuracy"] for r in results),
+        planned=len(results),
+        wall_seconds=tuple(r["wall_seconds"] for r in results),
+      )
+    )
+  return rows
+
+
 def _fmt(row: Row | None) -> str:
   if row is None or not row.n:
     return "-"

@@ -26,6 +26,17 @@ def test_readme_has_two_commands_first():
   assert [lang for lang, _ in fences[:2]] == ["bash", "bash"]
   assert "experiments.main" in fences[0][1] and "configs/uea.py" in fences[0][1]
   assert '".[test]"' in fences[1][1] and "pytest" in fences[1][1]
+  assert "pytest -n 2" in fences[1][1]  # both cores (pytest-xdist, in the test extra)
+  assert text.index(fences[0][1]) < text.index(fences[1][1]) < text.index("## ")  # the README starts with them
+
+
+def test_readme_is_short_and_every_relative_link_resolves():
+  assert len((ROOT / "README.md").read_text().splitlines()) <= 200  # the details live in docs/
+  for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+      if "://" in target or target.startswith("#"):
+        continue
+      assert (path.parent / target.split("#")[0]).exists(), f"{path.name}: broken link {target}"
 
 
 def test_demo_prints_ksvd_terms_per_layer(capsys):

@@ -4,6 +4,7 @@ resume after a killed run, and aggregation checked against numpy on hand-written
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -25,6 +26,7 @@ from experiments.sweeping import (
   plan,
   resolve,
   run_sweep,
+  stored_rows,
   write_results,
 )
 from primal_jax.training.config_args import load_config
@@ -45,7 +47,7 @@ def data_dir(jv_tfds_dir):
 def test_config_hash_is_canonical_json_sha256():
   assert config_hash({"b": [1, 2], "a": 0.5}) == hashlib.sha256(b'{"a":0.5,"b":[1,2]}').hexdigest()[:16]
   assert config_hash({"a": 0.5, "b": (1, 2)}) == config_hash({"b": [1, 2], "a": 0.5})  # tuples, key order
-  one, again = load_config(f"{CONFIG}"), load_config(f"{CONFIG}:dataset=JapaneseVowels,family=primalformer")
+  one, again = load_config(f"{CONFIG}"), load_config(f"{CONFIG}:dataset=JapaneseVowels,model=primalformer")
   assert config_hash(one) == config_hash(again) == config_hash(json.loads(json.dumps(one.to_dict())))
   other = load_config(f"{CONFIG}", lock=False)
   other.ksvd.eta = 0.2
@@ -96,9 +98,13 @@ def test_uea_sweep_plan():
   assert cells[("table8", (("model", "Primal.+Trans."), ("data-dependent", "no")))] == 99.2
   assert sum(1 for table, _ in cells if table == "table6") == 12
   table6 = [p.config for p in planned.values() if any(r.cell.table == "table6" for r in p.runs)]
-  assert {(c.model.low_rank, c.ksvd.eta) for c in table6} == {(s, e) for s in (20, 30, 40) for e in (0, 0.1, 0.2, 0.5)}
+  cells = {(c.model.attention.primal.low_rank, c.ksvd.eta) for c in table6}
+  assert cells == {(s, e) for s in (20, 30, 40) for e in (0, 0.1, 0.2, 0.5)}
   table8 = [p.config for p in planned.values() if any(r.cell.table == "table8" for r in p.runs)]
-  assert {(c.model.family, c.model.data_dependent) for c in table8} == {("primal_plus", True), ("primal_plus", False)}
+  assert {(c.model.layers, c.model.attention.primal.data_dependent) for c in table8} == {
+    (("softmax", "primal"), True),
+    (("softmax", "primal"), False),
+  }
 
   release = load_sweep(f"{UEA_SWEEP}:epochs=100,seeds=1")
   assert len(release.runs) == 40 and {resolve(r).num_epochs for r in release.runs} == {100}
@@ -169,6 +175,39 @@ def test_std_needs_two_seeds(tmp_path):
   assert "| x | 50.0 | 50.0 | 1/2 |" in (tmp_path / "results.md").read_text()
 
 
+def test_stored_rows_read_the_cells_each_result_records(tmp_path):
+  a, b = Cell("t1", (("model", "x"),), 90.0), Cell("t2", (("eta", "0.5"),))
+  for key, seed, cells, accuracy in [("k0", 1, (a, b), 0.5), ("k1", 0, (a,), 0.25), ("k2", 0, (b,), 1.0)]:
+    runs = [{"cell": dataclasses.asdict(c), "seed": seed, "protocol": "release"} for c in cells]
+    summary = {"best_test": {"step": 1, "accuracy": accuracy}}
+    (tmp_path / "runs" / key).mkdir(parents=True)
+    result = {"wall_seconds": 2.0, "runs": runs, "summary": summary}
+    (tmp_path / "runs" / key / RESULT_FILE).write_text(json.dumps(result))
+  rows = stored_rows(tmp_path)  # one run (k0) reports to both cells; accuracies in seed order
+  assert [(r.cell, r.protocol, r.accuracies) for r in rows] == [
+    (a, "release", (25.0, 50.0)),
+    (b, "release", (100.0, 50.0)),
+  ]
+
+
+def test_stored_rows_match_the_committed_uea_tables():
+  """The rows rebuilt from the committed run records equal the sweep's own results.csv."""
+  folder = ROOT / "experiments" / "results" / "uea"
+  rows = stored_rows(folder)
+  lines = list(csv.DictReader(io.StringIO((folder / "results.csv").read_text())))
+  assert len(rows) == len(lines) == 40
+  for row in rows:
+    (line,) = [
+      line
+      for line in lines
+      if (line["table"], line["protocol"]) == (row.cell.table, row.protocol)
+      and all(line[column] == value for column, value in row.cell.labels)
+    ]
+    assert row.n == int(line["n"]) == 3
+    assert row.mean == pytest.approx(float(line["mean"]), abs=1e-4)
+    assert row.std == pytest.approx(float(line["std"]), abs=1e-4)
+
+
 # --- real runs: caching, a second invocation, a killed run
 
 
@@ -181,7 +220,7 @@ def tiny_sweep(data_dir: str, seeds=(0,), protocols=("release",)) -> Sweep:
   for seed in seeds:
     for protocol in protocols:
       runs += [Run(f"{CONFIG}:smoke", cell, seed, protocol, overrides) for cell in (a, b)]
-      runs.append(Run(f"{CONFIG}:smoke,family=softmax", c, seed, protocol, overrides))
+      runs.append(Run(f"{CONFIG}:smoke,model=softmax", c, seed, protocol, overrides))
   return Sweep(tuple(runs))
 
 

@@ -16,10 +16,10 @@ Table 8's data-dependent row. 18 distinct models x 3 seeds x 2 protocols = 108 r
 
 Epochs: 20, not the release's 100, so the sweep fits in 2 hours on 2 CPU cores (a 100-epoch
 JapaneseVowels run takes ~5 min there). In our three 100-epoch JapaneseVowels runs (PrimalFormer eta=0.5,
-PrimalFormer eta=0, Trans.; README) the best test accuracy was reached at epochs 4, 6 and 10, so within
+PrimalFormer eta=0, Trans.; docs/results.md) the best test accuracy was reached at epochs 4, 6 and 10, so within
 the first 20. `:epochs=100` gives the release's schedule.
 
-Runtime (inline mode, 2 CPU cores): see the README's "UEA reproduction" section. Target: the paper's
+Runtime (inline mode, 2 CPU cores): about 1.5 hours for the 108 runs (docs/results.md, UEA). Target: the paper's
 numbers, shown beside ours in results.md; plot `uea_japanese_vowels_eta_s.png` (Table 6).
 
 Arguments (`--sweep=experiments/sweeps/uea.py:epochs=100,seeds=5`):
@@ -39,7 +39,8 @@ from experiments.sweeping import PROTOCOL_TITLE, Cell, Run, Sweep
 from primal_jax.training.config_args import load_module, parse_config_arg
 
 _CONFIG = Path(__file__).resolve().parents[1] / "configs" / "uea.py"
-MODELS = (("Trans.", "softmax"), ("PrimalFormer", "primalformer"), ("Primal.+Trans.", "primal_plus"))
+MODELS = (("Trans.", "softmax"), ("PrimalFormer", "primalformer"), ("Primal.+Trans.", "primal_plus"))  # (label, model=)
+PRIMAL = "model.attention.primal"  # the Primal layers' options in the config
 TABLE6_S = (20, 30, 40)
 TITLES = {
   "table1": "Table 1, JapaneseVowels",
@@ -55,18 +56,19 @@ def _cells(paper_module) -> list[tuple[str, dict, Cell]]:
   t1, t6, t8 = paper_module.PAPER_TABLE1, paper_module.PAPER_TABLE6, paper_module.PAPER_TABLE8
   jv = "JapaneseVowels"
   rows = []
-  for i, (model, family) in enumerate(MODELS):
-    rows.append((f"family={family}", {}, Cell("table1", (("dataset", jv), ("model", model)), t1[jv][i])))
+  for i, (label, model) in enumerate(MODELS):
+    rows.append((f"model={model}", {}, Cell("table1", (("dataset", jv), ("model", label)), t1[jv][i])))
   for s in TABLE6_S:
     for eta, paper in zip(paper_module.PAPER_TABLE6_ETAS, t6[jv][s], strict=True):
       cell = Cell("table6", (("s", str(s)), ("eta", str(eta))), paper)
-      rows.append(("family=primalformer", {"model.low_rank": s, "ksvd.eta": eta}, cell))
+      rows.append(("model=primalformer", {f"{PRIMAL}.low_rank": s, "ksvd.eta": eta}, cell))
   for dependent in (True, False):
     labels = (("model", "Primal.+Trans."), ("data-dependent", "yes" if dependent else "no"))
-    rows.append(("family=primal_plus", {"model.data_dependent": dependent}, Cell("table8", labels, t8[jv][dependent])))
-  for model, family in MODELS:
-    cell = Cell("basicmotions", (("dataset", "BasicMotions"), ("model", model)))
-    rows.append((f"dataset=BasicMotions,family={family}", {}, cell))
+    cell = Cell("table8", labels, t8[jv][dependent])
+    rows.append(("model=primal_plus", {f"{PRIMAL}.data_dependent": dependent}, cell))
+  for label, model in MODELS:
+    cell = Cell("basicmotions", (("dataset", "BasicMotions"), ("model", label)))
+    rows.append((f"dataset=BasicMotions,model={model}", {}, cell))
   return rows
 
 

@@ -1,0 +1,65 @@
+"""The generated tables of README.md and docs/ (experiments.docs_tables): up to date, and the marker rules."""
+
+from pathlib import Path
+
+import pytest
+
+from experiments import docs_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = "lra:params"  # computed from the model code (40 shape evaluations), checked on its own
+
+
+def test_result_tables_are_up_to_date():
+  paths = docs_tables.documents()
+  assert ROOT / "README.md" in paths and ROOT / "docs" / "results.md" in paths
+  stale = docs_tables.update(paths, check=True, select=lambda name: name != PARAMS)
+  assert not stale, f"out of date (run `python -m experiments.docs_tables`): {stale}"
+
+
+def test_parameter_count_table_is_up_to_date():
+  stale = docs_tables.update(docs_tables.documents(), check=True, select=lambda name: name == PARAMS)
+  assert not stale, f"out of date (run `python -m experiments.docs_tables`): {stale}"
+
+
+def test_every_document_marks_tables_the_tool_knows():
+  found = set()
+  for path in docs_tables.documents():
+    found |= {m.group("name") for m in docs_tables.MARKER.finditer(path.read_text())}
+  assert set(docs_tables.TABLES) <= found  # every fixed table is shown somewhere
+  for name in found:
+    kind = name.partition(":")[0]
+    assert name in docs_tables.TABLES or kind in docs_tables.PARAMETERIZED, name
+
+
+def test_fill_rewrites_only_between_markers_with_links_relative_to_the_file():
+  text = "intro\n<!-- table:lra:listops_paper begin -->\nold\n<!-- table:lra:listops_paper end -->\noutro\n"
+  at_root, names = docs_tables.fill(text, ROOT)
+  in_docs, _ = docs_tables.fill(text, ROOT / "docs")
+  assert names == ["lra:listops_paper"]
+  assert at_root.startswith("intro\n<!-- table:lra:listops_paper begin -->\n| run |") and at_root.endswith("outro\n")
+  assert "old" not in at_root
+  assert "](experiments/results/lra/listops_primalformer_paper_schedule.json)" in at_root
+  assert "](../experiments/results/lra/listops_primalformer_paper_schedule.json)" in in_docs
+  assert docs_tables.fill(at_root, ROOT)[0] == at_root  # idempotent
+
+
+def test_a_quoted_marker_is_text_and_broken_markers_are_errors():
+  quoted = "write `<!-- table:NAME begin -->` on its own line\n"
+  assert docs_tables.fill(quoted, ROOT) == (quoted, [])
+  with pytest.raises(ValueError, match="without its end marker: uea:main"):
+    docs_tables.fill("<!-- table:uea:main begin -->\n| x |\n", ROOT)
+  with pytest.raises(ValueError, match="unknown table 'nope'"):
+    docs_tables.fill("<!-- table:nope begin -->\n<!-- table:nope end -->\n", ROOT)
+
+
+def test_check_mode_reports_and_leaves_the_file_alone(tmp_path, capsys):
+  doc = tmp_path / "doc.md"
+  doc.write_text("<!-- table:uea:basicmotions begin -->\nstale\n<!-- table:uea:basicmotions end -->\n")
+  before = doc.read_text()
+  assert docs_tables.main(["--check", str(doc)]) == 1
+  assert doc.read_text() == before
+  assert "out of date: " in capsys.readouterr().out
+  assert docs_tables.main([str(doc)]) == 0
+  assert "| BasicMotions | ours, release protocol |" in doc.read_text()
+  assert docs_tables.main(["--check", str(doc)]) == 0
