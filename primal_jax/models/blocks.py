@@ -57,8 +57,15 @@ def dense(config: TransformerConfig, features: int, fan_in: int, axes: tuple[str
   )
 
 
+def mlp_activation(config: TransformerConfig, h: jax.Array) -> jax.Array:
+  """`config.activation`: "gelu" (exact erf form unless `exact_gelu=False`), "gelu_tanh" or "relu"."""
+  if config.activation == "relu":
+    return nn.relu(h)
+  return nn.gelu(h, approximate=config.activation == "gelu_tanh" or not config.exact_gelu)
+
+
 class MlpBlock(nn.Module):
-  """Linear(D -> hidden), GELU, dropout, Linear(hidden -> D), dropout."""
+  """Linear(D -> hidden), activation (`config.activation`), dropout, Linear(hidden -> D), dropout."""
 
   config: TransformerConfig
 
@@ -66,7 +73,7 @@ class MlpBlock(nn.Module):
   def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
     cfg = self.config
     h = dense(cfg, cfg.hidden_dim, cfg.dim, ("embed", "mlp"), "fc_in")(x)
-    h = nn.gelu(h, approximate=not cfg.exact_gelu)
+    h = mlp_activation(cfg, h)
     h = Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)(h, deterministic=deterministic)
     h = dense(cfg, cfg.dim, cfg.hidden_dim, ("mlp", "embed"), "fc_out")(h)
     return Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)(h, deterministic=deterministic)

@@ -22,6 +22,9 @@ STACKS = ("primalformer", "primal_plus")  # besides any registered attention nam
 POOLINGS = ("mean", "masked_mean", "cls")
 NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layer", "batch")
+# MLP activations: "gelu" (exact erf unless exact_gelu=False), "gelu_tanh" (Flax's default form), "relu" (the
+# release's RL Decision Transformer, GPT-2 activation_function="relu").
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 
 
 def model_layers(model: str, num_layers: int, num_primal: int = 1) -> tuple[str, ...]:
@@ -98,6 +101,7 @@ class TransformerConfig:
   # mutable `batch_stats` collection when training). The final norm stays a LayerNorm.
   norm_type: str = "layer"
   exact_gelu: bool = True  # PyTorch nn.GELU (Flax's default is the tanh form)
+  activation: str = "gelu"  # one of ACTIVATIONS
   init_style: str = "torch"
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
@@ -127,6 +131,7 @@ class TransformerConfig:
     check_choice(self.init_style, INIT_STYLES, "init_style")
     check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
     check_choice(self.norm_type, NORM_TYPES, "norm_type")
+    check_choice(self.activation, ACTIVATIONS, "activation")
     check_choice(self.dropout_impl, DROPOUT_IMPLS, "dropout_impl")
 
   @property
