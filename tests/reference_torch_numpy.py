@@ -419,3 +419,13 @@ RUNNERS = {
 def run(module_class: str, sd, cfg, inputs) -> dict:
   """Golden outputs (float64) of a release module class; the class string may carry a suffix."""
   return RUNNERS[module_class.split(" ")[0]](sd, cfg, inputs)
+
+
+def _decision_transformer(sd, cfg, inputs):
+  """The release's RL Decision Transformer (case `rl_primal_dt`): its own module, built on the primitives above."""
+  from reference_dt_numpy import decision_transformer
+
+  return decision_transformer(sd, cfg, inputs)
+
+
+RUNNERS["DecisionTransformer"] = _decision_transformer

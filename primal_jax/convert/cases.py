@@ -18,6 +18,7 @@ import numpy as np
 
 from primal_jax.attention import PrimalAttention
 from primal_jax.convert import torch_layout
+from primal_jax.convert.rl_case import run_decision_transformer
 from primal_jax.ksvd import RELEASE_SEQUENCE, KSVDSpec, collect_terms, ksvd_loss, ksvd_loss_per_sample
 from primal_jax.models import SequenceClassifier, TransformerConfig
 from primal_jax.sampling import release_sample_indices
@@ -172,6 +173,7 @@ RUNNERS: dict[str, Callable[[ReferenceCase], dict]] = {
   "AttentionLayer": run_timeseries_layers,
   "Primal_attention": run_rl_layer,
   "PrimalMultiheadAttention": run_fairseq_layer,
+  "DecisionTransformer": run_decision_transformer,
 }
 
 
