@@ -256,10 +256,11 @@ def test_timeseries_config_num_samples(seq_len, low_rank, rank_multi, n, deficie
 
 
 def test_rank_deficient_config_needs_the_flag():
-  config = _config(low_rank=12, rank_multi=1, allow_rank_deficient=False)
+  with pytest.raises(ValueError, match="allow_rank_deficient"):  # refused by the config, before any call
+    _config(low_rank=12, rank_multi=1, allow_rank_deficient=False)
+  config = _config(low_rank=12, rank_multi=1, allow_rank_deficient=True)
   values, mask = _inputs()
-  with pytest.raises(ValueError, match="allow_rank_deficient"):
-    jax.eval_shape(TimeSeriesClassifier(config).init, jax.random.key(0), values, mask)
+  jax.eval_shape(TimeSeriesClassifier(config).init, jax.random.key(0), values, mask)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from primal_jax.attention.shell import AttentionShell
+from primal_jax.attention.shell import SPECTRUM_COLLECTION, AttentionShell
 from primal_jax.masks import attention_bias_mask
 from primal_jax.validation import check_choice
 
@@ -62,7 +62,7 @@ class SoftmaxAttention(AttentionShell):
     else:
       allowed = attention_bias_mask(mask, batch, length, k.shape[1], self.causal)
     if self.impl == "dot_product_attention":
-      if sow_weights or self.is_mutable_collection("spectrum"):
+      if sow_weights or (not self.is_initializing() and self.is_mutable_collection(SPECTRUM_COLLECTION)):
         raise ValueError("impl='dot_product_attention' forms no weights to sow; use impl='einsum'")
       return jax.nn.dot_product_attention(q, k, v, mask=allowed)  # [B, N, H, p]
     scores = jnp.einsum("bnhd,bmhd->bhnm", q, k) / jnp.sqrt(jnp.asarray(p, dtype))
