@@ -13,9 +13,11 @@ import types
 from pathlib import Path
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
+from primal_jax.models.config import model_layers, stack_name
 from primal_jax.training.checkpoints import Checkpointer, CheckpointError
 from primal_jax.training.config_args import load_config
 from primal_jax.training.loop import TrainingError, evaluate, load_state, train_and_evaluate
@@ -69,7 +71,7 @@ def assert_trees_equal(a, b, rtol=0.0, atol=0.0):
 
 @pytest.mark.parametrize("family", ["primalformer", "primal_plus", "softmax"])
 def test_train_and_eval_each_family(data_dir, tmp_path, family):
-  config = smoke_config(data_dir, f"family={family}", total_steps=2)
+  config = smoke_config(data_dir, f"model={family}", total_steps=2)
   summary, lines = run(config, tmp_path)
   assert summary["steps"] == 2 and not summary["preempted"]
   assert 0.0 <= summary["best_test"]["accuracy"] <= 1.0
@@ -82,7 +84,8 @@ def test_train_and_eval_each_family(data_dir, tmp_path, family):
   assert [m["step"] for m in train] == [1, 2]
   ksvd = train[-1]["scalars"]["ksvd_loss"]
   assert (ksvd == 0.0) if family == "softmax" else (ksvd > 0.0)
-  assert json.loads((tmp_path / "config.json").read_text())["model"]["family"] == family
+  saved = json.loads((tmp_path / "config.json").read_text())["model"]
+  assert saved["layers"] == list(model_layers(family, 2)) and stack_name(saved["layers"]) == family
   assert Checkpointer(tmp_path / "checkpoints").latest_step() == 2
   assert any("params" in line and "initialised from scratch" in line for line in lines)
 
@@ -195,12 +198,15 @@ def test_config_arguments_are_checked():
   from primal_jax.models.builders import build_model
 
   info = types.SimpleNamespace(seq_len=29, num_classes=9)
-  with pytest.raises(ValueError, match="family must be one of"):
-    build_model(load_config(f"{CONFIG}:family=bogus").model, info)
-  config = load_config(f"{CONFIG}:dataset=BasicMotions,family=primal_plus")
-  assert config.data.dataset == "BasicMotions" and config.model.family == "primal_plus"
+  with pytest.raises(ValueError, match="model must be one of primalformer, primal_plus, primal, softmax"):
+    load_config(f"{CONFIG}:model=bogus")
+  config = load_config(f"{CONFIG}:dataset=BasicMotions,model=primal_plus")
+  assert config.data.dataset == "BasicMotions" and config.model.layers == ("softmax", "primal")
+  with pytest.raises(ValueError, match="layers"):
+    build_model(ml_collections.ConfigDict(dict(config.model.to_dict(), layers=("primal", "bogus"))), info)
   release = load_config(str(CONFIG))
-  assert (release.model.low_rank, release.ksvd.eta, release.model.rank_multi) == (40, 0.5, 5)
+  primal = release.model.attention.primal
+  assert (primal.low_rank, release.ksvd.eta, primal.rank_multi) == (40, 0.5, 5)
   assert (release.optimizer.name, release.optimizer.learning_rate, release.data.batch_size) == ("radam", 1e-3, 16)
   assert release.num_epochs == 100 and release.optimizer.grad_clip_norm == 4.0
 
@@ -208,7 +214,7 @@ def test_config_arguments_are_checked():
 @pytest.mark.parametrize(
   "extra, message",
   [
-    (["--config.model.familyy=x"], 'Did you mean "family"'),
+    (["--config.model.layerss=x"], 'Did you mean "layers"'),
     (["--config.total_steps=abc"], "--config.total_steps=abc"),
     ([f"--config={CONFIG}:smoke,bogus=1"], "unknown config argument 'bogus'"),
     (["--workdir="], "--workdir"),

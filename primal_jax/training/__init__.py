@@ -1,5 +1,16 @@
-"""Training machinery shared by every experiment: state, sharded steps, checkpoints, metrics, the loop.
+"""Training machinery shared by every experiment and task.
 
-Import the submodules you need (`primal_jax.training.loop.train_and_evaluate`
-is the entry point); this package imports nothing heavy by itself.
+  loop             `train_and_evaluate(config, workdir)`: the entry point of every binary
+  experiment       `build_experiment`, `load_state`, `evaluate`: what a config determines, for analysis too
+  evaluation       test protocols, the history of evaluations, the best state, the summary
+  objectives       task losses and metrics: classification, regression, next_token
+  steps            the jitted train and eval steps (task loss + eta * KSVD); host-side normalisation
+  state            the train state pytree and its sharded initialisation
+  sharding         device mesh, logical-axis rules, global batches
+  optimizers       optax optimizers and schedules from a config
+  checkpoints      `Checkpointer` (orbax); checkpoint_format, warm_start (`restore_params`), preemption
+  metrics          metrics.jsonl / TensorBoard writer, progress lines, tables
+  cli, config_args the absl binary and `--config=file.py:arg` parsing
+
+Import the submodules you need; this package imports nothing heavy by itself.
 """

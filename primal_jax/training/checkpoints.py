@@ -1,12 +1,7 @@
 """Orbax checkpoints of the train state, checked against the target state before any array is read.
 
-Layout: `<directory>/<step>/state` holds the state pytree (orbax `StandardSave`, OCDBT; every
-process writes its own shards) and `<directory>/<step>/info` a small JSON record: the step, the
-metrics passed to `save`, and a fingerprint of the state (every leaf's path, shape and dtype).
-
-Why the fingerprint: orbax restores whatever arrays it finds, so a checkpoint of a different model
-config either fails deep inside TensorStore or, worse, restores with silently different shapes.
-Comparing fingerprints first turns that into a `CheckpointError` naming the leaves that differ.
+Layout and fingerprints: `checkpoint_format`. A checkpoint whose fingerprint differs from the target
+state's is a `CheckpointError` naming the leaves, raised before any array is read.
 
 Atomicity is orbax's: a step is written into `<step>.orbax-checkpoint-tmp` and renamed to `<step>`
 only after every item is committed (`AtomicRenameTemporaryPath`, orbax's default on local and
@@ -22,104 +17,32 @@ or a half-copied run is the user's call. See `Checkpointer` for how they escape 
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import logging
 import math
-import signal
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-WORKDIR_SUBDIR = "checkpoints"  # where the train loop keeps a run's Checkpointer directory
-_STATE = "state"
-_INFO = "info"
-_FORMAT_VERSION = 1
-_MAX_REPORTED = 5
+from primal_jax.training.checkpoint_format import (
+  FORMAT_VERSION,
+  INFO_ITEM,
+  STATE_ITEM,
+  WORKDIR_SUBDIR,
+  CheckpointError,
+  check_fingerprint,
+  fingerprint_differences,
+  first_line,
+  require_shardings,
+  state_fingerprint,
+  valid_fingerprint,
+)
+from primal_jax.training.preemption import PreemptionGuard
+from primal_jax.training.warm_start import restore_params
 
 log = logging.getLogger(__name__)
-
-
-class CheckpointError(ValueError):
-  """A checkpoint that cannot be used: absent, unreadable, or not matching the target state."""
-
-
-# --- fingerprints -------------------------------------------------------------------------------
-
-
-def _path_str(path) -> str:
-  return jax.tree_util.keystr(path, simple=True, separator="/")
-
-
-def _leaf_spec(leaf) -> tuple[list[int], str]:
-  shape = leaf.shape if hasattr(leaf, "shape") else np.shape(leaf)
-  dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
-  return [int(d) for d in shape], str(dtype)
-
-
-def state_fingerprint(tree) -> dict:
-  """Leaf paths ('params/Dense_0/kernel'), shapes and dtypes of a state or abstract state, in tree order.
-
-  Typed PRNG keys keep their key dtype (e.g. 'key<fry>'), so a raw-uint32 key and a typed key differ.
-  """
-  leaves = []
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    shape, dtype = _leaf_spec(leaf)
-    leaves.append({"path": _path_str(path), "shape": shape, "dtype": dtype})
-  digest = hashlib.sha256(json.dumps(leaves, sort_keys=True).encode()).hexdigest()[:16]
-  return {"num_leaves": len(leaves), "digest": digest, "leaves": leaves}
-
-
-def _describe(leaf: dict) -> str:
-  return f"shape {tuple(leaf['shape'])} {leaf['dtype']}"
-
-
-def fingerprint_differences(saved: dict, expected: dict) -> list[str]:
-  """One line per differing leaf, target order first, then leaves only the checkpoint has."""
-  saved_by_path = {leaf["path"]: leaf for leaf in saved["leaves"]}
-  expected_paths = {leaf["path"] for leaf in expected["leaves"]}
-  lines = []
-  for leaf in expected["leaves"]:
-    old = saved_by_path.get(leaf["path"])
-    if old is None:
-      lines.append(f"{leaf['path']}: not in the checkpoint (expected {_describe(leaf)})")
-    elif (list(old["shape"]), old["dtype"]) != (leaf["shape"], leaf["dtype"]):
-      lines.append(f"{leaf['path']}: saved {_describe(old)}, expected {_describe(leaf)}")
-  for leaf in saved["leaves"]:
-    if leaf["path"] not in expected_paths:
-      lines.append(f"{leaf['path']}: in the checkpoint ({_describe(leaf)}) but not in the target state")
-  return lines
-
-
-def _check_fingerprint(saved: dict, expected: dict, where: str) -> None:
-  diffs = fingerprint_differences(saved, expected)
-  if diffs:
-    shown = "\n  ".join(diffs[:_MAX_REPORTED])
-    more = f"\n  ... and {len(diffs) - _MAX_REPORTED} more" if len(diffs) > _MAX_REPORTED else ""
-    raise CheckpointError(
-      f"checkpoint {where} does not match the target state ({len(diffs)} differing leaves; written with a "
-      f"different model or optimizer config?):\n  {shown}{more}"
-    )
-
-
-def _valid_fingerprint(fp) -> bool:
-  if not isinstance(fp, Mapping) or not isinstance(fp.get("leaves"), list):
-    return False
-  return all(isinstance(x, Mapping) and {"path", "shape", "dtype"} <= set(x) for x in fp["leaves"])
-
-
-def _require_shardings(abstract_state, what: str) -> None:
-  for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_state)[0]:
-    if getattr(leaf, "sharding", None) is None:
-      raise ValueError(
-        f"{what} leaf {_path_str(path)!r} has no sharding; expected jax.ShapeDtypeStruct(shape, dtype, "
-        f"sharding=...) (or a jax.Array), so that arrays are restored directly onto the target devices"
-      )
 
 
 # --- metrics --------------------------------------------------------------------------------------
@@ -132,11 +55,6 @@ def _metrics_to_floats(metrics: Mapping[str, Any] | None) -> dict[str, float]:
       raise ValueError(f"metric {name!r} must be a scalar, got shape {np.shape(value)}")
     out[str(name)] = float(np.asarray(value).reshape(()))
   return out
-
-
-def _first_line(err: BaseException) -> str:
-  text = str(err).strip().splitlines()
-  return f"{type(err).__name__}: {text[0][:300] if text else ''}"
 
 
 class _PinnedSteps(ocp.checkpoint_managers.PreservationPolicy):
@@ -284,7 +202,7 @@ class Checkpointer:
       raise CheckpointError(f"checkpoint {self._step_dir(step)} already exists; steps are never overwritten")
     floats = _metrics_to_floats(metrics)
     info = {
-      "format_version": _FORMAT_VERSION,
+      "format_version": FORMAT_VERSION,
       "step": step,
       "metrics": floats,
       "best_metric": self._best_metric,
@@ -294,7 +212,7 @@ class Checkpointer:
     value = self._metric_value(floats)
     if value is not None:
       self._metric_values[step] = value  # before saving: the retention decision is taken inside save
-    args = ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state), _INFO: ocp.args.JsonSave(info)})
+    args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), INFO_ITEM: ocp.args.JsonSave(info)})
     try:
       self._manager.save(step, args=args, force=True)
     except BaseException:
@@ -322,16 +240,16 @@ class Checkpointer:
         step is then pinned against garbage collection, nothing is deleted).
       ValueError: a leaf of `abstract_state` has no sharding.
     """
-    _require_shardings(abstract_state, "abstract_state")
+    require_shardings(abstract_state, "abstract_state")
     self._manager.wait_until_finished()  # a step still being written would read as corrupt
     step = self._resolve_step(step)
     info = self._read_info(step)
-    _check_fingerprint(info["fingerprint"], state_fingerprint(abstract_state), str(self._step_dir(step)))
-    args = ocp.args.Composite(**{_STATE: ocp.args.StandardRestore(abstract_state)})
+    check_fingerprint(info["fingerprint"], state_fingerprint(abstract_state), str(self._step_dir(step)))
+    args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(abstract_state)})
     try:
-      restored = self._manager.restore(step, args=args)[_STATE]
+      restored = self._manager.restore(step, args=args)[STATE_ITEM]
     except Exception as err:
-      raise self._corrupt_error(step, f"reading the {_STATE} arrays failed", err) from err
+      raise self._corrupt_error(step, f"reading the {STATE_ITEM} arrays failed", err) from err
     return restored, info
 
   @staticmethod
@@ -383,7 +301,7 @@ class Checkpointer:
     return int(step)
 
   def _corrupt_error(self, step: int, what: str, err: BaseException) -> CheckpointError:
-    reason = f"{what}: {_first_line(err)}"
+    reason = f"{what}: {first_line(err)}"
     self._corrupt[step] = reason
     return CheckpointError(
       f"checkpoint {self._step_dir(step)} is unreadable (corrupt or incomplete); nothing was deleted and "
@@ -392,169 +310,36 @@ class Checkpointer:
 
   def _read_info(self, step: int) -> dict:
     try:
-      info = self._manager.restore(step, args=ocp.args.Composite(**{_INFO: ocp.args.JsonRestore()}))[_INFO]
+      info = self._manager.restore(step, args=ocp.args.Composite(**{INFO_ITEM: ocp.args.JsonRestore()}))[INFO_ITEM]
     except Exception as err:
-      raise self._corrupt_error(step, f"reading the {_INFO} record failed", err) from err
-    if not isinstance(info, dict) or info.get("step") != step or not _valid_fingerprint(info.get("fingerprint")):
+      raise self._corrupt_error(step, f"reading the {INFO_ITEM} record failed", err) from err
+    if not isinstance(info, dict) or info.get("step") != step or not valid_fingerprint(info.get("fingerprint")):
       bad = ValueError(f"expected a dict with step={step} and a fingerprint, got {str(info)[:200]}")
-      raise self._corrupt_error(step, f"the {_INFO} record is malformed", bad)
+      raise self._corrupt_error(step, f"the {INFO_ITEM} record is malformed", bad)
     return info
 
   def _read_state_metadata(self, step: int) -> None:
     try:
-      metadata = self._manager.item_metadata(step)[_STATE]
+      metadata = self._manager.item_metadata(step)[STATE_ITEM]
     except Exception as err:
-      raise self._corrupt_error(step, f"reading the {_STATE} metadata failed", err) from err
+      raise self._corrupt_error(step, f"reading the {STATE_ITEM} metadata failed", err) from err
     if metadata is None:
-      raise self._corrupt_error(step, f"the {_STATE} item is missing", FileNotFoundError(str(self._step_dir(step))))
+      raise self._corrupt_error(step, f"the {STATE_ITEM} item is missing", FileNotFoundError(str(self._step_dir(step))))
 
 
 def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
   registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
   state_handler = ocp.StandardCheckpointHandler()
   info_handler = ocp.JsonCheckpointHandler()
-  registry.add(_STATE, ocp.args.StandardSave, state_handler)
-  registry.add(_STATE, ocp.args.StandardRestore, state_handler)
-  registry.add(_INFO, ocp.args.JsonSave, info_handler)
-  registry.add(_INFO, ocp.args.JsonRestore, info_handler)
+  registry.add(STATE_ITEM, ocp.args.StandardSave, state_handler)
+  registry.add(STATE_ITEM, ocp.args.StandardRestore, state_handler)
+  registry.add(INFO_ITEM, ocp.args.JsonSave, info_handler)
+  registry.add(INFO_ITEM, ocp.args.JsonRestore, info_handler)
   return registry
 
 
-def _params_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
-  registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
-  registry.add(_STATE, ocp.args.PyTreeRestore, ocp.PyTreeCheckpointHandler())  # PyTree: supports partial_restore
-  registry.add(_INFO, ocp.args.JsonRestore, ocp.JsonCheckpointHandler())
-  return registry
-
-
-def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
-  """Loads only the `params` subtree of another run's checkpoint (for `config.init_from`).
-
-  Args:
-    path: a `Checkpointer` directory (then `step`, default its latest step), a run's workdir (its
-      `checkpoints` subdirectory is used) or one step's directory `<directory>/<step>`. Nothing under it
-      is written or deleted.
-    abstract_params: target pytree of `jax.ShapeDtypeStruct` with `.sharding` (or arrays).
-
-  Returns:
-    the params, with the structure and shardings of `abstract_params` (the step used is logged).
-
-  Raises:
-    CheckpointError: no checkpoint there, no `params` subtree, a params fingerprint that differs from
-      `abstract_params` (naming the leaves), or an unreadable checkpoint.
-  """
-  _require_shardings(abstract_params, "abstract_params")
-  path = epath.Path(path)
-  root = path
-  if (path / WORKDIR_SUBDIR).is_dir() and not any(child.name.isdigit() for child in path.iterdir()):
-    root = path / WORKDIR_SUBDIR  # a run's workdir: its Checkpointer directory
-  if path.name.isdigit() and (path / _STATE).is_dir():
-    if step is not None and int(step) != int(path.name):
-      raise ValueError(f"step={step} contradicts the step directory {path}")
-    root, step = path.parent, int(path.name)
-  if not root.is_dir():
-    raise CheckpointError(f"{path} is not a directory; expected a checkpoint directory or <directory>/<step>")
-  options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
-  manager = ocp.CheckpointManager(root, options=options, handler_registry=_params_registry())
-  try:
-    steps = sorted(manager.all_steps())
-    if step is None and steps:
-      step = steps[-1]
-    if step is None or int(step) not in steps:
-      raise CheckpointError(f"no checkpoint for step {step} in {root}; available steps: {steps}")
-    step = int(step)
-    where = f"{root / str(step)}"
-    unreadable = f"checkpoint {where} is unreadable (corrupt or incomplete); nothing was deleted. Cause"
-    try:
-      info = manager.restore(step, args=ocp.args.Composite(**{_INFO: ocp.args.JsonRestore()}))[_INFO]
-    except Exception as err:
-      raise CheckpointError(f"{unreadable}: reading the {_INFO} record failed: {_first_line(err)}") from err
-    if not isinstance(info, dict) or not _valid_fingerprint(info.get("fingerprint")):
-      raise CheckpointError(f"{unreadable}: the {_INFO} record has no valid fingerprint")
-    leaves = info["fingerprint"]["leaves"]
-    saved = {"leaves": [dict(x, path=x["path"][len("params/") :]) for x in leaves if x["path"].startswith("params/")]}
-    if not saved["leaves"]:
-      tops = sorted({x["path"].split("/")[0] for x in leaves})
-      raise CheckpointError(f"checkpoint {where} has no 'params' subtree; its top-level entries are {tops}")
-    _check_fingerprint(saved, state_fingerprint(abstract_params), f"{where} (params subtree)")
-    target = {"params": abstract_params}
-    args = ocp.args.PyTreeRestore(
-      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
-    )
-    try:
-      params = manager.restore(step, args=ocp.args.Composite(**{_STATE: args}))[_STATE]["params"]
-    except Exception as err:
-      raise CheckpointError(f"{unreadable}: reading the params arrays failed: {_first_line(err)}") from err
-  finally:
-    manager.close()
-  log.info("restored params from %s (metrics %s)", where, info.get("metrics"))
-  return params
-
-
-# --- preemption -----------------------------------------------------------------------------------
-
-
-class PreemptionGuard:
-  """Turns SIGTERM (and optionally SIGINT) into a flag the train loop polls: save, then exit cleanly.
-
-  The handler only sets the flag, so it is safe whatever the main thread is doing; previous handlers
-  are restored on exit. A second SIGINT raises KeyboardInterrupt, so Ctrl-C twice still stops a hung run.
-
-  Multi-host: processes may see the signal at different steps, and a save is collective, so they
-  must agree on the step. With `jax.distributed` initialised (its preemption service on), use
-  `Checkpointer.reached_preemption(step)` (orbax, via `multihost_utils.reached_preemption_sync_point`),
-  which becomes True on every process at the same step; otherwise all-reduce `requested` across
-  processes before acting on it.
-
-  Usage::
-
-    with PreemptionGuard() as guard:
-      for step in ...:
-        ...
-        if guard.requested:
-          ckpt.save(step, state, force=True); ckpt.wait_until_finished(); break
-  """
-
-  def __init__(self, signals: Iterable[int] = (signal.SIGTERM,)):
-    self._signals = tuple(signal.Signals(s) for s in signals)
-    if not self._signals:
-      raise ValueError("PreemptionGuard needs at least one signal, e.g. (signal.SIGTERM,)")
-    self._previous: dict[signal.Signals, Any] = {}
-    self._received: signal.Signals | None = None
-
-  @property
-  def requested(self) -> bool:
-    """Whether one of the signals arrived since entering."""
-    return self._received is not None
-
-  @property
-  def received_signal(self) -> signal.Signals | None:
-    """The first signal received, or None."""
-    return self._received
-
-  def _handle(self, signum, frame) -> None:
-    if signum == signal.SIGINT and self._received is not None:
-      raise KeyboardInterrupt
-    if self._received is None:
-      self._received = signal.Signals(signum)
-
-  def __enter__(self) -> PreemptionGuard:
-    if threading.current_thread() is not threading.main_thread():
-      raise RuntimeError("PreemptionGuard must be entered on the main thread (Python runs signal handlers there)")
-    if self._previous:
-      raise RuntimeError("PreemptionGuard is already active; it cannot be entered twice")
-    self._received = None
-    for sig in self._signals:
-      self._previous[sig] = signal.signal(sig, self._handle)
-    return self
-
-  def __exit__(self, *exc) -> None:
-    for sig, previous in self._previous.items():
-      signal.signal(sig, signal.SIG_DFL if previous is None else previous)
-    self._previous.clear()
-
-
-__all__ = [
+__all__ = [  # the format's and the preemption guard's names too: one import for a train loop
+  "WORKDIR_SUBDIR",
   "CheckpointError",
   "Checkpointer",
   "PreemptionGuard",

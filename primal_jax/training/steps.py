@@ -1,13 +1,17 @@
-"""The jitted train and eval steps of a classification task with the KSVD regulariser.
+"""The jitted train and eval steps of any task (`objectives`) with the KSVD regulariser.
 
-Loss = weighted mean cross-entropy + eta * KSVD loss (paper eq. 10), both
-averaged over the real examples of the batch only (`batch["weight"]` is 0 for
-the padding rows that keep the last batch of an epoch full-sized).
+Loss = the objective's weighted mean task loss + eta * KSVD loss (paper eq. 10). The KSVD loss is
+whatever the model sows in the `ksvd` collection (0 without Primal layers), averaged over the real
+examples of the batch: a row counts when any of its weights is non-zero, so padding rows (which keep
+the last batch of an epoch full-sized) drop out of both terms.
+
+Both steps return sums, not means, next to the loss the gradient used; `train_scalars` and
+`eval_metrics` normalise them on the host (float64), after the values are fetched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +19,12 @@ import optax
 
 from primal_jax.ksvd import KSVD_COLLECTION, PAPER, RELEASE_LRA, RELEASE_SEQUENCE, KSVDSpec, ksvd_loss_per_sample
 from primal_jax.models.builders import BuiltModel
+from primal_jax.training.objectives import Objective, get_objective
 from primal_jax.training.state import TrainState
 
 KSVD_SPECS = {"release_sequence": RELEASE_SEQUENCE, "release_lra": RELEASE_LRA, "paper": PAPER}
+# Device scalars of a train step that are not sums (the host passes them through as they are).
+_STEP_SCALARS = ("grad_norm", "param_norm", "learning_rate")
 
 
 def ksvd_spec(name: str) -> KSVDSpec:
@@ -30,51 +37,74 @@ def _weighted_mean(values: jax.Array, weights: jax.Array) -> jax.Array:
   return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-def classification_loss(
-  built: BuiltModel, params, model_state, batch, rng, *, eta: float, spec: KSVDSpec, train: bool
-) -> tuple[jax.Array, tuple[dict, dict]]:
-  """(total loss, (scalars, new model_state)) of one batch."""
+def example_weights(weight: jax.Array) -> jax.Array:
+  """[b] weight of each row for per-sequence terms: `weight` itself when [b]; 1 where a [b, T, ...] row has any."""
+  if weight.ndim == 1:
+    return weight.astype(jnp.float32)
+  return (jnp.sum(weight.reshape(weight.shape[0], -1), axis=-1) > 0).astype(jnp.float32)
+
+
+def batch_terms(
+  built: BuiltModel, objective: Objective, params, model_state, batch, rng, *, spec: KSVDSpec, train: bool
+) -> tuple[dict[str, jax.Array], dict]:
+  """(terms, new model_state) of one batch; terms are [] float32.
+
+  terms: "task_loss_sum", "count" and the objective's metric sums; "ksvd_loss", the example-weighted
+  mean KSVD loss; "examples", the number of real rows.
+  """
   variables = {"params": params, **model_state}
   mutable = [KSVD_COLLECTION, *model_state.keys()] if train else [KSVD_COLLECTION]
   inputs = [batch[k] for k in built.input_keys]
-  logits, new_vars = built.module.apply(
+  outputs, new_vars = built.module.apply(
     variables, *inputs, deterministic=not train, rngs={"dropout": rng} if train else None, mutable=mutable
   )
-  logits = logits.astype(jnp.float32)  # [B, classes]
-  weights = batch["weight"].astype(jnp.float32)  # [B]
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])  # [B]
-  ksvd = ksvd_loss_per_sample(new_vars.get(KSVD_COLLECTION, {}), spec).astype(jnp.float32)  # [B] or []
-  ksvd_mean = _weighted_mean(ksvd, weights) if ksvd.ndim else ksvd
-  task = _weighted_mean(ce, weights)
-  correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
-  scalars = {
-    "loss": task + eta * ksvd_mean,
-    "task_loss": task,
-    "ksvd_loss": ksvd_mean,
-    "accuracy": _weighted_mean(correct, weights),
-    # Sums for exact eval metrics over a whole split (normalised on the host).
-    "correct_sum": jnp.sum(correct * weights),
-    "task_loss_sum": jnp.sum(ce * weights),
-    "count": jnp.sum(weights),
+  sums = objective.sums(outputs, batch)
+  examples = example_weights(batch["weight"])  # [b]
+  ksvd = ksvd_loss_per_sample(new_vars.get(KSVD_COLLECTION, {}), spec).astype(jnp.float32)  # [b] or []
+  terms = {
+    "task_loss_sum": sums.loss,
+    "count": sums.count,
+    **sums.metrics,
+    "ksvd_loss": _weighted_mean(ksvd, examples) if ksvd.ndim else ksvd,
+    "examples": jnp.sum(examples),
   }
   new_state = {k: new_vars[k] for k in model_state} if train else model_state
-  return scalars["loss"], (scalars, new_state)
+  return terms, new_state
 
 
-def make_train_step(built: BuiltModel, tx: optax.GradientTransformation, schedule: Callable, *, eta: float, spec):
-  """(state, batch) -> (state, scalars); jit it with the state donated."""
+def make_train_step(
+  built: BuiltModel,
+  tx: optax.GradientTransformation,
+  schedule: Callable,
+  *,
+  eta: float,
+  spec: KSVDSpec,
+  objective: Objective | None = None,
+):
+  """(state, batch) -> (state, device scalars); jit it with the state donated.
+
+  `objective` defaults to the model's task (`built.task`). The scalars are "loss" (what the gradient
+  saw), "ksvd_loss", the objective's sums and grad/param norms and the learning rate: pass them,
+  fetched, to `train_scalars`.
+  """
+  objective = objective or get_objective(built.task)
 
   def train_step(state: TrainState, batch) -> tuple[TrainState, dict]:
     rng = jax.random.fold_in(state.rng, state.step)
 
     def loss_fn(params):
-      return classification_loss(built, params, state.model_state, batch, rng, eta=eta, spec=spec, train=True)
+      terms, model_state = batch_terms(
+        built, objective, params, state.model_state, batch, rng, spec=spec, train=True
+      )  # fmt: skip
+      task = terms["task_loss_sum"] / jnp.maximum(terms["count"], 1.0)
+      return task + eta * terms["ksvd_loss"], (terms, model_state)
 
-    (_, (scalars, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, (terms, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     scalars = {
-      **{k: v for k, v in scalars.items() if not k.endswith("_sum") and k != "count"},
+      "loss": loss,
+      **{k: v for k, v in terms.items() if k != "examples"},
       "grad_norm": optax.tree.norm(grads),
       "param_norm": optax.tree.norm(params),
       "learning_rate": jnp.asarray(schedule(state.step), jnp.float32),
@@ -85,18 +115,41 @@ def make_train_step(built: BuiltModel, tx: optax.GradientTransformation, schedul
   return train_step
 
 
-def make_eval_step(built: BuiltModel, *, eta: float, spec):
-  """(state, batch) -> summed metrics {correct_sum, task_loss_sum, count, ksvd_loss}."""
+def make_eval_step(built: BuiltModel, *, eta: float, spec: KSVDSpec, objective: Objective | None = None):
+  """(state, batch) -> summed terms {task_loss_sum, count, <metric>_sum..., ksvd_loss_sum, examples}.
+
+  Sum them over a split (on the host) and pass the totals to `eval_metrics`. `eta` is unused: an
+  evaluation reports the task loss and the KSVD loss separately (kept for the symmetric signature).
+  """
+  del eta
+  objective = objective or get_objective(built.task)
 
   def eval_step(state: TrainState, batch) -> dict:
-    _, (scalars, _) = classification_loss(
-      built, state.params, state.model_state, batch, None, eta=eta, spec=spec, train=False
-    )
-    return {
-      "correct_sum": scalars["correct_sum"],
-      "task_loss_sum": scalars["task_loss_sum"],
-      "ksvd_loss_sum": scalars["ksvd_loss"] * scalars["count"],
-      "count": scalars["count"],
-    }
+    terms, _ = batch_terms(built, objective, state.params, state.model_state, batch, None, spec=spec, train=False)
+    ksvd_mean = terms.pop("ksvd_loss")
+    return {**terms, "ksvd_loss_sum": ksvd_mean * terms["examples"]}
 
   return eval_step
+
+
+def train_scalars(objective: Objective, fetched: Mapping[str, float]) -> dict[str, float]:
+  """Host values of one train step's scalars: loss, task_loss, ksvd_loss, the task's metrics, norms, lr."""
+  sums = {k: float(v) for k, v in fetched.items()}
+  return {
+    "loss": sums["loss"],
+    "task_loss": sums["task_loss_sum"] / max(sums["count"], 1.0),
+    "ksvd_loss": sums["ksvd_loss"],
+    **objective.metrics(sums),
+    **{k: sums[k] for k in _STEP_SCALARS},
+  }
+
+
+def eval_metrics(objective: Objective, sums: Mapping[str, float]) -> dict[str, float]:
+  """Metrics of a whole split from its summed eval terms: the task's metrics, loss, ksvd_loss and count."""
+  sums = {k: float(v) for k, v in sums.items()}
+  return {
+    **objective.metrics(sums),
+    "loss": sums["task_loss_sum"] / max(sums["count"], 1.0),
+    "ksvd_loss": sums["ksvd_loss_sum"] / max(sums["examples"], 1.0),
+    "count": sums["count"],
+  }

@@ -1,0 +1,127 @@
+"""`Experiment`: everything a config determines before any step runs, shared by training and analysis.
+
+`build_experiment(config)` gives the mesh, input pipeline, model, objective, optimizer and the sharded
+abstract state; `load_state` adds a saved state and `evaluate` measures it, so notebooks and analysis
+scripts use exactly what the train loop used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
+
+from primal_jax.data.registry import get_input_pipeline
+from primal_jax.models.builders import BuiltModel, build_model
+from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer
+from primal_jax.training.evaluation import evaluate_batches
+from primal_jax.training.objectives import Objective, get_objective
+from primal_jax.training.optimizers import make_optimizer
+from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
+from primal_jax.training.state import TrainState, abstract_state, init_state, make_init_fn
+from primal_jax.training.steps import ksvd_spec, make_eval_step, make_train_step
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """Everything derived from a config before any step runs."""
+
+  config: Any
+  mesh: Mesh
+  pipeline: Any
+  built: BuiltModel
+  objective: Objective
+  tx: optax.GradientTransformation
+  schedule: Callable
+  total_steps: int
+  init_fn: Callable
+  rng: jax.Array
+  abstract: TrainState  # ShapeDtypeStructs with shardings
+  shardings: Any
+
+  @property
+  def num_params(self) -> int:
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.abstract.params))
+
+  def train_step(self):
+    """The jitted train step: (state, global batch) -> (state, device scalars), the state donated."""
+    step = make_train_step(
+      self.built, self.tx, self.schedule, eta=self.config.ksvd.eta, spec=ksvd_spec(self.config.ksvd.spec),
+      objective=self.objective,
+    )  # fmt: skip
+    data = batch_sharding(self.mesh)
+    return jax.jit(
+      step, in_shardings=(self.shardings, data), out_shardings=(self.shardings, replicated(self.mesh)), donate_argnums=0
+    )
+
+  def eval_step(self):
+    """The jitted eval step: (state, global batch) -> summed terms, replicated."""
+    step = make_eval_step(
+      self.built, eta=self.config.ksvd.eta, spec=ksvd_spec(self.config.ksvd.spec), objective=self.objective
+    )
+    return jax.jit(step, in_shardings=(self.shardings, batch_sharding(self.mesh)), out_shardings=replicated(self.mesh))
+
+
+def build_experiment(config) -> Experiment:
+  """Mesh, input pipeline, model, objective, optimizer and the sharded abstract state of `config`.
+
+  The objective is `config.task` when set, else the model's (`BuiltModel.task`).
+  """
+  mesh = make_mesh(config.mesh_shape)
+  if jax.process_count() > 1:  # process 0 prepares shared data files once; the others then only read them
+    if jax.process_index() == 0:
+      get_input_pipeline(config.data, process_index=0, process_count=jax.process_count())
+    multihost_utils.sync_global_devices("primal_jax: input data prepared")
+  pipeline = get_input_pipeline(config.data, process_index=jax.process_index(), process_count=jax.process_count())
+  built = build_model(config.model, pipeline.info)
+  objective = get_objective(config.get("task") or built.task)
+  total_steps = config.total_steps or config.num_epochs * pipeline.steps_per_epoch
+  if total_steps <= 0:
+    raise ValueError(f"total_steps must be > 0 (or num_epochs > 0), got {config.total_steps} / {config.num_epochs}")
+  tx, schedule = make_optimizer(config.optimizer, total_steps)
+  first = next(iter(pipeline.train_batches(0)))
+  example = tuple(np.asarray(first[k][:1]) for k in built.input_keys)
+  rng = jax.random.PRNGKey(config.seed)
+  init_fn = make_init_fn(built.module, tx, example)
+  abstract, shardings = abstract_state(init_fn, rng, mesh)
+  return Experiment(
+    config, mesh, pipeline, built, objective, tx, schedule, total_steps, init_fn, rng, abstract, shardings
+  )
+
+
+def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainState, str]:
+  """The run's state and where it came from, in the resume order of `loop`'s docstring."""
+  config = experiment.config
+  latest = ckpt.latest_step()
+  if latest is not None:
+    state, _ = ckpt.restore(experiment.abstract, step=latest)
+    return state, f"resumed from step {latest} of {ckpt.directory}"
+  state = init_state(experiment.init_fn, experiment.rng, experiment.shardings)
+  if config.get("init_from"):
+    params = Checkpointer.restore_params(config.init_from, experiment.abstract.params)
+    return state.replace(params=params), f"params initialised from {config.init_from}"
+  return state, "initialised from scratch"
+
+
+def load_state(config, workdir: str | Path, step: int | None = None) -> tuple[Experiment, TrainState]:
+  """The experiment of `config` and the state saved in `workdir` (latest step by default)."""
+  experiment = build_experiment(config)
+  with Checkpointer(Path(workdir) / WORKDIR_SUBDIR) as ckpt:
+    state, _ = ckpt.restore(experiment.abstract, step=step)
+  return experiment, state
+
+
+def evaluate(experiment: Experiment, state: TrainState, split: str = "test") -> dict[str, float]:
+  """The task's metrics, mean task loss, mean KSVD loss and count of `state` over every example of `split`.
+
+  For analysis and notebooks: e.g. `evaluate(*load_state(config, workdir))`.
+  """
+  batches = experiment.pipeline.eval_batches(split)
+  return evaluate_batches(experiment.eval_step(), state, batches, experiment.mesh, experiment.objective)
