@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     2,
     vocab_size=256,
     max_len=tokens.shape[1],
-    sampling=args.sampling,
+    attention={"primal": {"sampling": args.sampling}},
     dropout_rate=0.0,
     attention_dropout_rate=0.0,
   )
   model = SequenceClassifier(config)
   params = model.init(jax.random.key(args.seed), tokens, mask)["params"]
   n_params = sum(x.size for x in jax.tree.leaves(params))
-  print(f"jax {jax.__version__} on {jax.devices()[0].platform}; PrimalFormer {config.layers}, {n_params:,} parameters")
+  print(f"jax {jax.__version__} on {jax.devices()[0].platform}; PrimalFormer {config.layer_names}, {n_params:,} parameters")
   print(
     f"batch: {len(lines)} lines of the Zen of Python, lengths {int(mask.sum(1).min())}-{int(mask.sum(1).max())} "
     f"bytes, padded to {tokens.shape[1]}; sampling={args.sampling}"
