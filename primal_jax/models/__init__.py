@@ -3,10 +3,12 @@
 from primal_jax.models.blocks import EncoderBlock, MlpBlock, TokenEmbedding, TransformerStack
 from primal_jax.models.classifier import DualSequenceClassifier, SequenceClassifier, TokenEncoder, pool
 from primal_jax.models.config import STACKS, TransformerConfig, make_config, model_layers
+from primal_jax.models.decision_transformer import DecisionTransformer, dt_config
 from primal_jax.models.lm import CausalLM, decode_step, init_cache
 
 __all__ = [
   "CausalLM",
+  "DecisionTransformer",
   "DualSequenceClassifier",
   "EncoderBlock",
   "MlpBlock",
@@ -17,6 +19,7 @@ __all__ = [
   "TransformerConfig",
   "TransformerStack",
   "decode_step",
+  "dt_config",
   "init_cache",
   "make_config",
   "model_layers",
