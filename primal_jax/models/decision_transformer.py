@@ -24,9 +24,11 @@ is broadcast over heads (`broadcast_dropout`).
 from __future__ import annotations
 
 import copy
+import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 from primal_jax.attention import PrimalAttention, get_attention
@@ -210,16 +212,22 @@ def action_mse(action_preds: jax.Array, actions: jax.Array, attention_mask: jax.
 
 
 def _history(states, actions, returns_to_go, timesteps, model: DecisionTransformer):
-  """One trajectory's history as [T, ...] arrays: the release reshapes (1, -1, dim) whatever it gets."""
-  states = jnp.asarray(states).reshape(-1, model.state_dim)
-  actions = jnp.asarray(actions).reshape(-1, model.act_dim)
-  returns_to_go = jnp.asarray(returns_to_go).reshape(-1, 1)
-  timesteps = jnp.asarray(timesteps).reshape(-1)
+  """One trajectory's history as host [T, ...] arrays: the release reshapes (1, -1, dim) whatever it gets."""
+  states = np.asarray(states, np.float32).reshape(-1, model.state_dim)
+  actions = np.asarray(actions, np.float32).reshape(-1, model.act_dim)
+  returns_to_go = np.asarray(returns_to_go, np.float32).reshape(-1, 1)
+  timesteps = np.asarray(timesteps).astype(np.int32).reshape(-1)
   length = states.shape[0]
   for name, value in (("actions", actions), ("returns_to_go", returns_to_go), ("timesteps", timesteps)):
     if value.shape[0] != length:
       raise ValueError(f"{name} must have {length} steps (as states), got {value.shape[0]}")
   return states, actions, returns_to_go, timesteps
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted_forward(model: DecisionTransformer):
+  """One compiled forward per model (and input shape), reused across rollout steps."""
+  return jax.jit(model.apply)
 
 
 def get_action(
@@ -243,22 +251,23 @@ def get_action(
     pad=False (the Primal-Attention release's `get_action`): no padding; a history shorter than
       K runs as a shorter sequence with an all-ones mask. With `masking="release"` the two differ
       (the release's Primal layer does not honour the mask); with "padding_aware" they agree.
-  The forward pass is jitted (one compilation per history length below K with pad=False).
+  The history is cut and padded on the host; the forward pass is compiled once per model and input
+  length (K, or each length below K with pad=False), so a rollout does not recompile every step.
   """
   check_positive(context, "context")
   states, actions, returns_to_go, timesteps = _history(states, actions, returns_to_go, timesteps, model)
   states, actions = states[-context:], actions[-context:]
   returns_to_go, timesteps = returns_to_go[-context:], timesteps[-context:]
   length = states.shape[0]
-  mask = jnp.ones((length,), jnp.int32)
+  mask = np.ones((length,), np.int32)
   if pad and length < context:
     extra = context - length
 
     def left_pad(x):
-      return jnp.concatenate([jnp.zeros((extra,) + x.shape[1:], x.dtype), x], axis=0)
+      return np.concatenate([np.zeros((extra,) + x.shape[1:], x.dtype), x], axis=0)
 
     states, actions, returns_to_go, timesteps, mask = map(left_pad, (states, actions, returns_to_go, timesteps, mask))
-  _, action_preds, _ = jax.jit(model.apply)(
+  _, action_preds, _ = _jitted_forward(model)(
     {"params": params}, states[None], actions[None], returns_to_go[None], timesteps[None], mask[None]
   )
   return action_preds[0, -1]
