@@ -20,7 +20,7 @@ from primal_jax.attention import SoftmaxAttention, get_attention
 from primal_jax.attention.gpt2 import GPT2Attention
 from primal_jax.ksvd import RELEASE_SEQUENCE, ksvd_loss_per_sample
 from primal_jax.models import DecisionTransformer, TransformerConfig, dt_config
-from primal_jax.models.blocks import MlpBlock
+from primal_jax.models.blocks import MlpBlock, TransformerStack
 from primal_jax.models.decision_transformer import action_mse, get_action, with_masking
 
 STATE, ACT, K, EP = 3, 2, 5, 40
@@ -364,3 +364,24 @@ def test_gpt2_attention_masking_arithmetic():
   assert get_attention("gpt2") is GPT2Attention
   with pytest.raises(ValueError, match="mask must have shape"):
     gpt2.apply({"params": params}, x, mask=jnp.ones((2, 5)))
+
+
+@pytest.mark.parametrize("masking", ["release", "padding_aware"])
+def test_token_by_token_decoding_equals_the_full_forward(masking):
+  """The DT body decodes one token at a time (softmax key/value caches, the Primal layer's running sums)
+  and gives the full forward's hidden states; rollouts may use either (`get_action` runs the full forward)."""
+  b = _batch(6, batch=2)
+  model, params = _model(masking), _params()
+  capture = lambda m, name: name == "__call__" and m.path in (("embed_ln",), ("transformer",))  # noqa: E731
+  _, state = model.apply({"params": params}, *b.values(), capture_intermediates=capture)
+  tokens = state["intermediates"]["embed_ln"]["__call__"][0]  # [B, 3K, D]
+  full = np.asarray(state["intermediates"]["transformer"]["__call__"][0])
+  stack = TransformerStack(with_masking(model.config, masking), causal=True, decode=True)
+  cache = stack.init(jax.random.key(0), tokens)["cache"]
+  step = jax.jit(lambda c, x: stack.apply({"params": params["transformer"], "cache": c}, x, mutable=["cache"]))
+  outs = []
+  for i in range(tokens.shape[1]):
+    out, updated = step(cache, tokens[:, i : i + 1])
+    cache = updated["cache"]
+    outs.append(np.asarray(out))
+  np.testing.assert_allclose(np.concatenate(outs, axis=1), full, rtol=1e-5, atol=1e-5)
