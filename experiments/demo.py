@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
   model = SequenceClassifier(config)
   params = model.init(jax.random.key(args.seed), tokens, mask)["params"]
   n_params = sum(x.size for x in jax.tree.leaves(params))
-  print(f"jax {jax.__version__} on {jax.devices()[0].platform}; PrimalFormer {config.layer_names}, {n_params:,} parameters")
+  platform = jax.devices()[0].platform
+  print(f"jax {jax.__version__} on {platform}; PrimalFormer {config.layer_names}, {n_params:,} parameters")
   print(
     f"batch: {len(lines)} lines of the Zen of Python, lengths {int(mask.sum(1).min())}-{int(mask.sum(1).max())} "
     f"bytes, padded to {tokens.shape[1]}; sampling={args.sampling}"

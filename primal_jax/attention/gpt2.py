@@ -16,7 +16,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from primal_jax.attention.registry import register_attention
 from primal_jax.attention.softmax import SoftmaxAttention
 
 GPT2_MASK_VALUE = -1e4  # GPT-2's `masked_bias` and the additive key-mask value alike
@@ -73,6 +72,3 @@ class GPT2Attention(SoftmaxAttention):
         f"[batch, 1 or heads, queries, keys] = {(batch, '1|H', length, keys)}, got {shape}"
       )
     return (1.0 - m) * jnp.asarray(self.mask_value, dtype)
-
-
-register_attention("gpt2", GPT2Attention)

@@ -24,6 +24,7 @@ from primal_jax.attention.baselines import (
   NystromAttention,
   PerformerAttention,
 )
+from primal_jax.attention.gpt2 import GPT2Attention
 from primal_jax.attention.primal import PrimalAttention
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.attention.softmax import SoftmaxAttention
@@ -31,6 +32,8 @@ from primal_jax.attention.softmax import SoftmaxAttention
 _ATTENTIONS: dict[str, type[AttentionShell]] = {
   "primal": PrimalAttention,
   "softmax": SoftmaxAttention,
+  # Softmax with GPT-2's masking arithmetic (the Decision Transformer release's non-Primal layers).
+  "gpt2": GPT2Attention,
   # The paper's LRA baselines (primal_jax.attention.baselines).
   "linear": LinearAttention,
   "performer": PerformerAttention,

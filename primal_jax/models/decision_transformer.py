@@ -32,7 +32,6 @@ import numpy as np
 from flax import linen as nn
 
 from primal_jax.attention import PrimalAttention, get_attention
-from primal_jax.attention.gpt2 import GPT2Attention  # noqa: F401  (registers "gpt2")
 from primal_jax.attention.registry import LayerSpec
 from primal_jax.dropout import Dropout
 from primal_jax.initializers import linear_inits
