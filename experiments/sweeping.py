@@ -50,14 +50,20 @@ PROTOCOLS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
     "honest": types.MappingProxyType(
       {"data.val_fraction": 0.2, "best_metric": "validation/accuracy", "test_eval": "best_validation"}
     ),
+    # Offline RL: the config's own protocol (rollouts on validation env seeds select, test seeds report once).
+    "rollouts": types.MappingProxyType({}),
   }
 )
 # The summary entry holding each protocol's test accuracy.
 PROTOCOL_METRIC: Mapping[str, str] = types.MappingProxyType(
-  {"release": "best_test", "honest": "test_at_best_validation"}
+  {"release": "best_test", "honest": "test_at_best_validation", "rollouts": "test_at_best_validation"}
 )
 PROTOCOL_TITLE: Mapping[str, str] = types.MappingProxyType(
-  {"release": "release: best test over epochs", "honest": "honest: test at best validation"}
+  {
+    "release": "release: best test over epochs",
+    "honest": "honest: test at best validation",
+    "rollouts": "normalised score on test env seeds at the best validation rollouts",
+  }
 )
 RESULT_FILE = "result.json"
 CHILD_MODULE = "primal_jax.training.cli"  # what `python -m experiments.main` runs
@@ -384,9 +390,18 @@ def run_sweep(
   return report
 
 
+def summary_value(summary: dict, protocol: str) -> float | None:
+  """The number a table shows for a run: test accuracy in %, or the D4RL normalised score (None if missing)."""
+  entry = summary.get(PROTOCOL_METRIC[protocol])
+  if entry is None:
+    return None
+  return 100.0 * entry["accuracy"] if "accuracy" in entry else float(entry["normalized_score"])
+
+
 def _result_line(planned: PlannedRun, summary: dict) -> str:
-  metric = PROTOCOL_METRIC[planned.runs[0].protocol]
-  return f"{metric} {100 * summary[metric]['accuracy']:.1f}%" if metric in summary else "no test accuracy"
+  protocol = planned.runs[0].protocol
+  value = summary_value(summary, protocol)
+  return "no test result" if value is None else f"{PROTOCOL_METRIC[protocol]} {value:.1f}"
 
 
 # --- aggregation
@@ -404,12 +419,11 @@ def aggregate(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRu
   rows = []
   for (cell, protocol), group in keys.items():
     results = [r for r in (read_result(Path(workdir) / "runs" / key) for key in group) if r is not None]
-    metric = PROTOCOL_METRIC[protocol]
     rows.append(
       Row(
         cell,
         protocol,
-        tuple(100.0 * r["summary"][metric]["accuracy"] for r in results),
+        tuple(summary_value(r["summary"], protocol) for r in results),
         planned=len(group),
         wall_seconds=tuple(r["wall_seconds"] for r in results),
       )
@@ -434,12 +448,11 @@ def stored_rows(workdir: str | Path) -> list[Row]:
   rows = []
   for (cell, protocol), found in sorted(groups.items(), key=lambda i: (i[0][0].table, i[0][0].labels, i[0][1])):
     results = [result for _, result in sorted(found, key=lambda pair: pair[0])]
-    metric = PROTOCOL_METRIC[protocol]
     rows.append(
       Row(
         cell,
         protocol,
-        tuple(100.0 * r["summary"][metric]["accuracy"] for r in results),
+        tuple(summary_value(r["summary"], protocol) for r in results),
         planned=len(results),
         wall_seconds=tuple(r["wall_seconds"] for r in results),
       )

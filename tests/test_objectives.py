@@ -136,8 +136,10 @@ def test_selection_metrics_and_directions():
     "classification": ("accuracy", "max"),
     "regression": ("mse", "min"),
     "next_token": ("bits_per_byte", "min"),
+    "offline_rl": ("normalized_score", "max"),  # trained on the action MSE, selected on rollouts
   }
   assert metric_mode("validation/accuracy") == "max" and metric_mode("test/bits_per_byte") == "min"
+  assert metric_mode("validation/normalized_score") == "max"
 
 
 def test_example_weights_for_per_sequence_terms():

@@ -31,6 +31,7 @@ from primal_jax.data import lra_image, lra_retrieval, lra_text, text_bytes, uea
 from primal_jax.data.core import InputPipeline
 from primal_jax.data.listops import make_listops_pipeline
 from primal_jax.data.pathfinder import make_pathfinder_pipeline
+from primal_jax.rl.segments import make_offline_rl_pipeline
 
 
 class PipelineFactory(Protocol):
@@ -45,6 +46,7 @@ _BUILTIN: dict[str, PipelineFactory] = {
   "lra_retrieval": lra_retrieval.make_lra_retrieval_pipeline,
   "pathfinder": make_pathfinder_pipeline,
   "text_bytes": text_bytes.make_text_bytes_pipeline,
+  "d4rl": make_offline_rl_pipeline,
 }
 _FACTORIES: dict[str, PipelineFactory] = dict(_BUILTIN)
 # A read-only live view: registering goes through register_task, which checks names.

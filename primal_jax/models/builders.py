@@ -19,6 +19,7 @@ from flax import linen as nn
 
 from primal_jax.models.classifier import DualSequenceClassifier, SequenceClassifier
 from primal_jax.models.config import TransformerConfig
+from primal_jax.models.decision_transformer import GPT2_BODY, DecisionTransformer
 from primal_jax.models.lm import CausalLM
 from primal_jax.models.timeseries import TimeSeriesClassifier, timeseries_config
 
@@ -106,8 +107,47 @@ def build_lm(model_config, info) -> BuiltModel:
   return BuiltModel(CausalLM(config), ("inputs",), task="next_token")
 
 
+# Keys of a Decision Transformer's model section that are the module's own, not the body's.
+_DT_KEYS = ("masking", "action_tanh", "embed_dropout_rate", "max_ep_len")
+
+
+def build_decision_transformer(model_config, info) -> BuiltModel:
+  """Decision Transformer (`offline_rl` task): segments of (R, s, a) -> actions [B, K, act_dim].
+
+  The body is the release's GPT-2 (`GPT2_BODY`, hidden_dim 4 * dim unless given); `info` (an
+  `RLDatasetInfo`) gives state_dim, act_dim and the episode length of the timestep table. Primal layers get
+  data-independent W_e, W_r unless `attention.primal.data_dependent` says otherwise (the causal layer refuses).
+  """
+  kwargs = {k: v for k, v in _transformer_kwargs(model_config).items() if k not in _DT_KEYS}
+  attention = kwargs.pop("attention", None) or {}
+  attention["primal"] = {"data_dependent": False, **attention.get("primal", {})}
+  if "dim" in kwargs:  # GPT-2's n_inner default
+    kwargs.setdefault("hidden_dim", 4 * kwargs["dim"])
+  try:
+    config = TransformerConfig(**{**GPT2_BODY, **kwargs, "attention": attention})
+  except TypeError as err:
+    raise ValueError(f"bad model config for 'decision_transformer': {err}") from err
+  module = DecisionTransformer(
+    config,
+    state_dim=info.state_dim,
+    act_dim=info.act_dim,
+    max_ep_len=model_config.get("max_ep_len", info.max_ep_len),
+    masking=model_config.get("masking", "padding_aware"),
+    action_tanh=model_config.get("action_tanh", True),
+    embed_dropout_rate=model_config.get("embed_dropout_rate", None),
+    action_only=True,
+  )
+  return BuiltModel(module, ("states", "actions", "returns_to_go", "timesteps", "mask"), task="offline_rl")
+
+
 MODEL_BUILDERS: types.MappingProxyType[str, Callable[..., BuiltModel]] = types.MappingProxyType(
-  {"timeseries": build_timeseries, "lra": build_lra, "lra_dual": build_lra_dual, "lm": build_lm}
+  {
+    "timeseries": build_timeseries,
+    "lra": build_lra,
+    "lra_dual": build_lra_dual,
+    "lm": build_lm,
+    "decision_transformer": build_decision_transformer,
+  }
 )
 
 

@@ -41,6 +41,9 @@ from primal_jax.validation import check_choice, check_positive
 
 MASKING_MODES = ("release", "padding_aware")
 TOKENS_PER_STEP = 3  # (R_t, s_t, a_t)
+# The release's GPT-2 body (GPT2Config in experiment.py): ReLU MLPs, LayerNorm eps 1e-5, N(0, 0.02) Linears;
+# the stack's last LayerNorm output is never masked (the heads read real steps only).
+GPT2_BODY = {"activation": "relu", "layer_norm_eps": 1e-5, "init_style": "gpt2", "mask_final": False}
 
 
 def dt_config(
@@ -70,15 +73,10 @@ def dt_config(
     dim=dim,
     num_heads=num_heads,
     hidden_dim=4 * dim if hidden_dim is None else hidden_dim,
-    activation="relu",
-    layer_norm_eps=1e-5,
-    init_style="gpt2",
     dropout_rate=dropout_rate,
     attention_dropout_rate=dropout_rate,
-    mask_final=False,
   )
-  fields.update(overrides)
-  return TransformerConfig(**fields)
+  return TransformerConfig(**{**GPT2_BODY, **fields, **overrides})
 
 
 def with_masking(config: TransformerConfig, masking: str) -> TransformerConfig:
@@ -123,6 +121,8 @@ class DecisionTransformer(nn.Module):
     masking: "release" or "padding_aware" (module doc).
     action_tanh: squash predicted actions with tanh (the release: True).
     embed_dropout_rate: GPT-2's embd_pdrop on the embedded tokens; None: `config.dropout_rate`.
+    action_only: return action_preds alone (the training loop's regression output and the rollouts'
+      policy); every head's parameters exist either way, so checkpoints convert both ways.
   """
 
   config: TransformerConfig
@@ -132,6 +132,7 @@ class DecisionTransformer(nn.Module):
   masking: str = "release"
   action_tanh: bool = True
   embed_dropout_rate: float | None = None
+  action_only: bool = False
 
   @nn.compact
   def __call__(
@@ -176,6 +177,8 @@ class DecisionTransformer(nn.Module):
       action_preds = jnp.tanh(action_preds)
     state_preds = _torch_dense(self.state_dim, dim, cfg, "predict_state")(h[:, :, 2])
     return_preds = _torch_dense(1, dim, cfg, "predict_return")(h[:, :, 2])
+    if self.action_only:
+      return action_preds
     return state_preds, action_preds, return_preds
 
   def _check_inputs(self, states, actions, returns_to_go, timesteps, attention_mask) -> tuple[int, int]:

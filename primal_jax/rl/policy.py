@@ -29,9 +29,13 @@ def normalized_score(env_name: str, ret) -> np.ndarray | float:
 
 def make_env(env_name: str):
   """The gymnasium MuJoCo env (1000-step TimeLimit); imported lazily so the library imports without MuJoCo."""
+  import warnings
+
   import gymnasium as gym
 
-  return gym.make(ENV_IDS[env_name])
+  with warnings.catch_warnings():  # "-v4 is out of date": kept on purpose, closest to D4RL's dynamics
+    warnings.filterwarnings("ignore", message=".*is out of date.*")
+    return gym.make(ENV_IDS[env_name])
 
 
 def actor_params_to_arrays(params) -> dict[str, np.ndarray]:

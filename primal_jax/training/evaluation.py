@@ -58,6 +58,16 @@ def evaluate_batches(eval_step, state: TrainState, batches: Iterable, mesh, obje
   return eval_metrics(objective, sums)
 
 
+def evaluate_split(experiment, state: TrainState, split: str, eval_step=None) -> dict[str, float]:
+  """The metrics of `state` on `split`: by the pipeline's own `evaluate_split` where it has one (offline RL
+  evaluates by rollouts in the environment), else over every eval batch of the split with `eval_step`."""
+  own = getattr(experiment.pipeline, "evaluate_split", None)
+  if own is not None:
+    return own(experiment.built.module.apply, state.params, split)
+  step = eval_step or experiment.eval_step()
+  return evaluate_batches(step, state, experiment.pipeline.eval_batches(split), experiment.mesh, experiment.objective)
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalProtocol:
   """What each periodic evaluation covers and how its best is chosen.
@@ -192,9 +202,7 @@ class Evaluations:
     return self.best.step
 
   def split(self, state: TrainState, split: str) -> dict[str, float]:
-    return evaluate_batches(
-      self._eval_step, state, self._exp.pipeline.eval_batches(split), self._exp.mesh, self._exp.objective
-    )
+    return evaluate_split(self._exp, state, split, self._eval_step)
 
   def run(self, step: int, state: TrainState) -> dict[str, float]:
     """Evaluates every split of the protocol at `step`; returns {"<split>/<metric>": value}."""
@@ -221,7 +229,7 @@ class Evaluations:
     test = self.split(self.best.state(state, ckpt, self._exp.abstract), "test")
     self._writer.write(self.best.step, test, prefix="test")
     self._log(f"  test at the best validation evaluation (step {self.best.step}): {metric} {test[metric]:.4f}")
-    return {"step": self.best.step, metric: test[metric], "loss": test["loss"]}
+    return {"step": self.best.step, metric: test[metric], **({"loss": test["loss"]} if "loss" in test else {})}
 
   def summary(self) -> dict[str, Any]:
     return summarize(self.history, self.protocol)

@@ -21,7 +21,7 @@ from jax.sharding import Mesh
 from primal_jax.data.registry import get_input_pipeline
 from primal_jax.models.builders import BuiltModel, build_model
 from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer
-from primal_jax.training.evaluation import evaluate_batches
+from primal_jax.training.evaluation import evaluate_split
 from primal_jax.training.objectives import Objective, get_objective
 from primal_jax.training.optimizers import make_optimizer
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
@@ -119,9 +119,9 @@ def load_state(config, workdir: str | Path, step: int | None = None) -> tuple[Ex
 
 
 def evaluate(experiment: Experiment, state: TrainState, split: str = "test") -> dict[str, float]:
-  """The task's metrics, mean task loss, mean KSVD loss and count of `state` over every example of `split`.
+  """The task's metrics, mean task loss, mean KSVD loss and count of `state` over every example of `split`
+  (an offline-RL run: its rollout metrics on the split's environment seeds).
 
   For analysis and notebooks: e.g. `evaluate(*load_state(config, workdir))`.
   """
-  batches = experiment.pipeline.eval_batches(split)
-  return evaluate_batches(experiment.eval_step(), state, batches, experiment.mesh, experiment.objective)
+  return evaluate_split(experiment, state, split)

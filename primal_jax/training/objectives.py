@@ -39,6 +39,8 @@ METRIC_MODES = types.MappingProxyType(
     "mse": "min",
     "bits_per_byte": "min",
     "perplexity": "min",
+    "normalized_score": "max",
+    "return": "max",
   }
 )
 
@@ -184,8 +186,20 @@ class NextToken(Objective):
     return {"accuracy": _mean(sums, "correct_sum"), "bits_per_byte": mean_ce / math.log(2.0), "perplexity": perplexity}
 
 
+@dataclasses.dataclass(frozen=True)
+class OfflineRL(Regression):
+  """The Decision Transformer's action regression (masked MSE, as `Regression`), selected on rollouts.
+
+  Training minimises the action MSE; evaluations are rollouts in the environment (the pipeline's
+  `evaluate_split`), so the selection metric is the D4RL normalised score, larger is better.
+  """
+
+  name: ClassVar[str] = "offline_rl"
+  selection_metric: ClassVar[str] = "normalized_score"
+
+
 OBJECTIVES: types.MappingProxyType[str, Objective] = types.MappingProxyType(
-  {cls.name: cls() for cls in (Classification, Regression, NextToken)}
+  {cls.name: cls() for cls in (Classification, Regression, NextToken, OfflineRL)}
 )
 
 

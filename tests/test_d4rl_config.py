@@ -1,0 +1,84 @@
+"""experiments/configs/d4rl.py and experiments/sweeps/d4rl.py: every model builds, the smoke run trains and
+is evaluated by rollouts end to end, and the sweep plans the runs it documents."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("gymnasium")
+pytest.importorskip("mujoco")
+pytest.importorskip("h5py")
+
+from experiments.sweeping import load_sweep, plan  # noqa: E402
+from primal_jax.models.builders import build_model  # noqa: E402
+from primal_jax.rl.segments import RLDatasetInfo  # noqa: E402
+from primal_jax.training.config_args import load_config  # noqa: E402
+from primal_jax.training.loop import train_and_evaluate  # noqa: E402
+
+CONFIG = "experiments/configs/d4rl.py"
+INFO = RLDatasetInfo("hopper-medium", 0, 11, 5, 1000, {"train": 10}, (), state_dim=11, act_dim=3, env="hopper")
+
+
+def test_release_hyper_parameters():
+  primal = load_config(f"{CONFIG}:model=primal_dt", lock=False)
+  dt = load_config(f"{CONFIG}:model=dt", lock=False)
+  assert primal.model.layers == ("gpt2", "gpt2", "primal") and dt.model.layers == ("gpt2",) * 3
+  assert (primal.model.dim, primal.model.num_heads, primal.data.context, primal.data.batch_size) == (256, 4, 20, 64)
+  assert (primal.optimizer.learning_rate, dt.optimizer.learning_rate) == (1e-3, 1e-4)
+  assert (primal.ksvd.eta, dt.ksvd.eta, primal.optimizer.weight_decay, primal.optimizer.warmup_steps) == (
+    0.05,
+    0.0,
+    1e-4,
+    10_000,
+  )
+  assert primal.model.attention.primal.low_rank == 96  # Table 7's best for hopper-medium
+  assert load_config(f"{CONFIG}:dataset=medium-replay,env=halfcheetah").model.attention.primal.low_rank == 32
+  assert load_config(f"{CONFIG}:low_rank=32").model.attention.primal.low_rank == 32
+
+
+@pytest.mark.parametrize("model", ["dt", "primal_dt", "linear", "cosformer", "softmax"])
+def test_every_causal_model_builds_and_predicts_actions(model):
+  config = load_config(f"{CONFIG}:model={model},smoke", lock=False)
+  built = build_model(config.model, INFO)
+  assert built.task == "offline_rl" and built.input_keys[-1] == "mask"
+  x = [np.zeros((2, 5, 11), np.float32), np.zeros((2, 5, 3), np.float32), np.zeros((2, 5, 1), np.float32)]
+  x += [np.tile(np.arange(5, dtype=np.int32), (2, 1)), np.ones((2, 5), np.int32)]
+  variables = built.module.init(jax.random.key(0), *x)
+  out = built.module.apply(variables, *x)
+  assert out.shape == (2, 5, 3) and np.all(np.abs(np.asarray(out)) <= 1.0)  # tanh actions
+
+
+@pytest.mark.parametrize("model", ["performer", "linformer", "nystromformer"])
+def test_models_without_a_causal_form_are_refused(model):
+  config = load_config(f"{CONFIG}:model={model},smoke", lock=False)
+  with pytest.raises(ValueError, match="causal"):
+    built = build_model(config.model, INFO)
+    x = [np.zeros((1, 5, 11), np.float32), np.zeros((1, 5, 3), np.float32), np.zeros((1, 5, 1), np.float32)]
+    built.module.init(jax.random.key(0), *x, np.zeros((1, 5), np.int32), np.ones((1, 5), np.int32))
+
+
+def test_sweep_plans_the_documented_runs():
+  sweep = load_sweep("experiments/sweeps/d4rl.py")
+  tables = [run.cell.table for run in sweep.runs]
+  assert tables.count("hopper_medium") == 9 and tables.count("table4") == 10 and tables.count("table7") == 9
+  assert len(plan(sweep.runs)) == 25  # table 7's s = 96 runs are hopper_medium's Primal.+DT runs
+  assert all(run.protocol == "rollouts" and ":" in run.config and "short" in run.config for run in sweep.runs)
+
+
+@pytest.mark.slow
+def test_smoke_run_trains_and_is_evaluated_by_rollouts(tmp_path):
+  config = load_config(f"{CONFIG}:smoke", lock=False)
+  summary = train_and_evaluate(config, tmp_path, print_fn=lambda _: None)
+  assert summary["steps"] == 20 and summary["test_eval"] == "best_validation"
+  test = summary["test_at_best_validation"]
+  assert test["step"] in (10, 20) and np.isfinite(test["normalized_score"])
+  history = json.loads((tmp_path / "eval_history.json").read_text())
+  assert [row["step"] for row in history] == [10, 20]
+  for row in history:  # a normalised score is the return on D4RL's hopper scale
+    expected = 100 * (row["validation/return"] + 20.272305) / (3234.3 + 20.272305)
+    np.testing.assert_allclose(row["validation/normalized_score"], expected, rtol=1e-9)
+  assert summary["best_validation"]["normalized_score"] == max(r["validation/normalized_score"] for r in history)
