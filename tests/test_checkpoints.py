@@ -120,6 +120,21 @@ def test_round_trip_of_a_realistic_state(tmp_path):
   assert sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name[0].isdigit()) == ["7"]
 
 
+def test_a_relative_directory_restores(tmp_path, monkeypatch):
+  """`--workdir=runs/x` used to save fine and then fail to resume: orbax refuses relative restore paths."""
+  monkeypatch.chdir(tmp_path)
+  state = make_state()
+  with Checkpointer("runs/x/checkpoints") as ckpt:
+    assert ckpt.save(7, state, force=True)
+    ckpt.wait_until_finished()
+  with Checkpointer(Path("runs/x/checkpoints")) as ckpt:
+    assert ckpt.directory.is_absolute()
+    restored, _ = ckpt.restore(abstract_of(state))
+  assert_trees_equal(restored, state)
+  params = Checkpointer.restore_params("runs/x", abstract_of(state.params))  # a run's workdir, relative
+  assert_trees_equal(params, state.params)
+
+
 def test_typed_prng_keys_round_trip(tmp_path):
   state = {"rng": jax.random.split(jax.random.key(3), 4), "w": jnp.arange(6.0)}
   with Checkpointer(tmp_path) as ckpt:

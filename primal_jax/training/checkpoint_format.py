@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 
 import jax
 import numpy as np
+from etils import epath
 
 WORKDIR_SUBDIR = "checkpoints"  # where the train loop keeps a run's Checkpointer directory
 STATE_ITEM = "state"
@@ -108,3 +110,10 @@ def require_shardings(abstract_state, what: str) -> None:
         f"{what} leaf {path_str(path)!r} has no sharding; expected jax.ShapeDtypeStruct(shape, dtype, "
         f"sharding=...) (or a jax.Array), so that arrays are restored directly onto the target devices"
       )
+
+
+def absolute_path(path) -> epath.Path:
+  """`path` as an absolute epath: orbax refuses relative paths on restore (saving works), so a run started
+  with `--workdir=runs/x` could save but never resume. URLs such as gs://... are already absolute."""
+  path = epath.Path(path)
+  return path if path.is_absolute() or "://" in str(path) else epath.Path(os.path.abspath(path))

@@ -32,6 +32,7 @@ from primal_jax.training.checkpoint_format import (
   STATE_ITEM,
   WORKDIR_SUBDIR,
   CheckpointError,
+  absolute_path,
   check_fingerprint,
   fingerprint_differences,
   first_line,
@@ -110,7 +111,7 @@ class Checkpointer:
       raise ValueError(f"save_interval_steps must be an integer >= 1, got {save_interval_steps!r}")
     if best_mode not in ("max", "min"):
       raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}")
-    self._directory = epath.Path(directory)
+    self._directory = absolute_path(directory)
     self._best_metric = best_metric
     self._best_mode = best_mode
     self._keep_best = keep_best

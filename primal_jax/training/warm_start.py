@@ -10,13 +10,13 @@ import logging
 from typing import Any
 
 import orbax.checkpoint as ocp
-from etils import epath
 
 from primal_jax.training.checkpoint_format import (
   INFO_ITEM,
   STATE_ITEM,
   WORKDIR_SUBDIR,
   CheckpointError,
+  absolute_path,
   check_fingerprint,
   first_line,
   require_shardings,
@@ -51,7 +51,7 @@ def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
       `abstract_params` (naming the leaves), or an unreadable checkpoint.
   """
   require_shardings(abstract_params, "abstract_params")
-  path = epath.Path(path)
+  path = absolute_path(path)
   root = path
   if (path / WORKDIR_SUBDIR).is_dir() and not any(child.name.isdigit() for child in path.iterdir()):
     root = path / WORKDIR_SUBDIR  # a run's workdir: its Checkpointer directory
