@@ -10,7 +10,8 @@ A generated table sits between two markers, each on a line of its own, in a Mark
   <!-- table:uea:main end -->
 
 The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/)
-or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself). Sources: the UEA sweep's run
+or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself) or `d4rl:<table>` (a table of
+experiments/sweeps/d4rl.py, from the run records in experiments/results/d4rl/sweep/). Sources: the UEA sweep's run
 records (experiments/results/uea/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).
 `tests/test_docs_tables.py` runs the check, so a result file or a model that changes without its table fails CI.
@@ -121,6 +122,30 @@ def uea_basicmotions(base: Path) -> str:
   models = ("Trans.", "PrimalFormer", "Primal.+Trans.")
   cells = [("basicmotions", (("dataset", "BasicMotions"), ("model", m)), m) for m in models]
   return _uea_table(cells, ["BasicMotions"], paper=False)
+
+
+# --- D4RL (the offline-RL sweep's run records, experiments/results/d4rl/sweep/)
+
+
+def d4rl_sweep(table: str, base: Path) -> str:
+  """One sweep table: the paper's score (D4RL data), ours (embedded data) and the dataset's own mean score."""
+  from experiments.sweeping import stored_rows
+
+  rows = [row for row in stored_rows(RESULTS / "d4rl" / "sweep") if row.cell.table == table]
+  if not rows:
+    raise ValueError(f"no finished runs of table {table!r} in {RESULTS / 'd4rl' / 'sweep' / 'runs'}")
+  datasets = _load(RESULTS / "d4rl" / "datasets.json")
+  body = []
+  for row in rows:
+    labels = dict(row.cell.labels)
+    data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
+    setting = ", ".join(f"{k} {v}" for k, v in labels.items() if k not in ("env", "dataset", "model")) or "release"
+    paper = "-" if row.cell.paper is None else f"{row.cell.paper:.1f}"
+    minutes = _minutes(sum(row.wall_seconds) / row.n)
+    body.append([labels["env"], labels["dataset"], labels["model"], setting, paper, _mean_std(row), minutes])
+    body[-1].insert(4, f"{data['normalized_score']:.1f}")
+  header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
+  return _markdown(header, body, numeric_from=4)
 
 
 # --- LRA
@@ -335,7 +360,11 @@ TABLES: dict[str, Callable[[Path], str]] = {
   "lra:pathfinder_trials": pathfinder_trials,
   "lra:params": lra_params,
 }
-PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {"spectrum": spectrum, "benchmark": benchmark}
+PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
+  "spectrum": spectrum,
+  "benchmark": benchmark,
+  "d4rl": d4rl_sweep,
+}
 
 
 def render_table(name: str, base: Path) -> str:
