@@ -42,7 +42,7 @@ def test_causal_lm_trains_through_the_binary(tmp_path):
   result = subprocess.run(
     [
       sys.executable, "-m", "experiments.main", f"--config={ROOT / 'experiments/configs/lm.py'}:smoke",
-      f"--config.data.path={text}", f"--workdir={workdir}",
+      "--config.data.source=file", f"--config.data.path={text}", f"--workdir={workdir}",
     ],
     cwd=ROOT, capture_output=True, text=True, timeout=600,
   )  # fmt: skip

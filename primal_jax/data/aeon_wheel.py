@@ -1,6 +1,6 @@
 """UEA `.ts` files obtained from the `aeon` wheel on PyPI, pinned by SHA-256.
 
-Why a wheel: the UEA archive itself is hosted outside the package registries,
+Why a wheel (see `registry_wheel`): the UEA archive itself is hosted outside the package registries,
 which some machines (CI included) cannot reach, while the `aeon` wheel on PyPI
 ships a few UEA problems as package data under `aeon/datasets/data/`. Fetching
 the wheel with `pip download --no-deps` and extracting only the needed members
@@ -16,14 +16,13 @@ archive layout, `<cache_dir>/<Name>/<Name>_TRAIN.ts` and `_TEST.ts`, so
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import subprocess  # noqa: F401  (tests patch `aeon_wheel.subprocess.run`, the one pip call goes through)
 import tempfile
 import warnings
-import zipfile
 from pathlib import Path
 
-from primal_jax.data.cache import DatasetFetchError, cache_root, sha256_bytes, sha256_file, write_atomically
+from primal_jax.data import registry_wheel
+from primal_jax.data.cache import DatasetFetchError, cache_root, sha256_file, write_atomically  # noqa: F401 (re-exported)
 from primal_jax.data.ts_format import Missing, TimeSeriesDataset
 from primal_jax.data.uea_archive import load_uea_split
 
@@ -44,9 +43,6 @@ AEON_DATASETS: dict[str, dict[str, str]] = {
   },
 }
 
-_PIP_TIMEOUT_S = 900
-_STDERR_TAIL_CHARS = 2000
-
 
 def member_path(name: str, file_name: str) -> str:
   """Path of a dataset file inside the aeon wheel."""
@@ -60,35 +56,8 @@ def _pinned(name: str) -> dict[str, str]:
 
 
 def _download_wheel(version: str, dest_dir: Path) -> Path:
-  """Runs `python -m pip download --no-deps aeon==<version>` into dest_dir; returns the wheel path.
-
-  A subprocess of the running interpreter's pip, so the registry configuration
-  (index, mirrors, certificates) is exactly the one `pip install` would use.
-  """
-  cmd = [
-    sys.executable,
-    "-m",
-    "pip",
-    "download",
-    "--no-deps",
-    "--only-binary=:all:",
-    "--disable-pip-version-check",
-    f"aeon=={version}",
-    "-d",
-    str(dest_dir),
-  ]
-  try:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S, check=False)
-  except subprocess.TimeoutExpired as e:
-    raise DatasetFetchError(f"`{' '.join(cmd)}` did not finish within {_PIP_TIMEOUT_S} s") from e
-  if proc.returncode != 0:
-    tail = (proc.stderr or proc.stdout or "")[-_STDERR_TAIL_CHARS:]
-    raise DatasetFetchError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}; stderr tail:\n{tail}")
-  wheels = sorted(dest_dir.glob(f"aeon-{version}-*.whl"))
-  if not wheels:
-    found = ", ".join(p.name for p in dest_dir.iterdir()) or "nothing"
-    raise DatasetFetchError(f"pip download succeeded but left no aeon-{version}-*.whl in {dest_dir} (found {found})")
-  return wheels[0]
+  """The aeon wheel of `version` in dest_dir (`registry_wheel.download_wheel`)."""
+  return registry_wheel.download_wheel("aeon", version, dest_dir)
 
 
 def _cached_ok(dataset_dir: Path, pinned: dict[str, str]) -> bool:
@@ -114,25 +83,11 @@ def fetch_aeon_dataset(name: str, cache_dir: str | Path | None = None, *, versio
   if _cached_ok(dataset_dir, pinned):
     return dataset_dir
 
-  contents: dict[str, bytes] = {}
+  members = {member_path(name, file_name): sha for file_name, sha in pinned.items()}
   with tempfile.TemporaryDirectory(prefix="primal_jax_aeon_") as tmp:
     wheel = _download_wheel(version, Path(tmp))
-    try:
-      with zipfile.ZipFile(wheel) as archive:
-        members = set(archive.namelist())
-        for file_name, sha in pinned.items():
-          member = member_path(name, file_name)
-          if member not in members:
-            raise DatasetFetchError(f"{wheel.name} has no member {member}; expected it in aeon=={version}")
-          data = archive.read(member)
-          actual = sha256_bytes(data)
-          if actual != sha:
-            raise DatasetFetchError(
-              f"checksum mismatch for {member} in {wheel.name}: sha256 {actual}, pinned {sha}; nothing was written"
-            )
-          contents[file_name] = data
-    except zipfile.BadZipFile as e:
-      raise DatasetFetchError(f"{wheel.name} is not a valid wheel (zip): {e}") from e
+    read = registry_wheel.read_pinned_members(wheel, members)
+  contents = {file_name: read[member_path(name, file_name)] for file_name in pinned}
 
   dataset_dir.mkdir(parents=True, exist_ok=True)
   for file_name, data in contents.items():

@@ -1,6 +1,8 @@
 """Byte-level language modelling on a local file (task "text_bytes"): next-byte windows, enwik8's splits.
 
-The file at `data.path` is read as raw bytes (UTF-8 text or anything else; no
+`data.source` picks the file: "file" (default) reads `data.path`; "gensim_enwiki" is the embedded default,
+6 MB of real English Wikipedia XML (enwik8's format) from the gensim wheel on PyPI (`gensim_enwiki`).
+The file is read as raw bytes (UTF-8 text or anything else; no
 decoding, so every file is valid) and cut into three contiguous splits by byte
 position, in this order, as enwik8's standard 90M / 5M / 5M:
 
@@ -39,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from primal_jax.data import gensim_enwiki
 from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get, require_keys
 from primal_jax.data.core import DatasetInfo, InputPipeline
 from primal_jax.data.pipeline import Example
 
 NAME = "text_bytes"
+SOURCES = ("file", "gensim_enwiki")
 VOCAB_SIZE = 256
 # Split boundaries in percent of the file's bytes (enwik8: 90M / 5M / 5M of 100M).
 SPLIT_PERCENT_ENDS: Mapping[str, int] = types.MappingProxyType({"train": 90, "validation": 95, "test": 100})
@@ -150,17 +154,30 @@ def read_splits(path: str | Path, seq_len: int) -> dict[str, ByteWindows]:
   return {split: ByteWindows(data[begin:end], seq_len) for split, (begin, end) in bounds.items()}
 
 
+def source_path(data_config: Any) -> Path:
+  """The file `data_config` names: `path` for source "file", the cached gensim Wikipedia XML otherwise."""
+  source = config_get(data_config, "source", "file")
+  if source not in SOURCES:
+    raise ValueError(f"data.source must be one of {SOURCES}, got {source!r}")
+  if source == "gensim_enwiki":
+    return gensim_enwiki.fetch_enwiki_text()
+  path = config_get(data_config, "path")
+  if not path:
+    raise ValueError("data.path is empty: give a text file, or set data.source='gensim_enwiki' (the embedded text)")
+  return Path(path)
+
+
 def make_text_bytes_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
   """The text_bytes InputPipeline: next-byte windows of `data_config.path`; see the module docstring.
 
-  data_config keys (attributes or mapping keys): path (the file), seq_len
-  (T >= 1, targets per window), batch_size, eval_batch_size (global), seed
-  (the training order).
+  data_config keys (attributes or mapping keys): source ("file", the default, or "gensim_enwiki"), path
+  (the file, for source "file"), seq_len (T >= 1, targets per window), batch_size, eval_batch_size
+  (global), seed (the training order).
   """
   require_keys(data_config, ("path", "seq_len", "batch_size", "eval_batch_size", "seed"), NAME)
   seq_len = check_positive_int(config_get(data_config, "seq_len"), "seq_len")
   seed = check_nonnegative_int(config_get(data_config, "seed"), "seed")
-  splits = read_splits(config_get(data_config, "path"), seq_len)
+  splits = read_splits(source_path(data_config), seq_len)
   info = DatasetInfo(
     name=NAME,
     num_classes=VOCAB_SIZE,

@@ -22,13 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from primal_jax.data.cache import default_cache_dir, sha256_file
 from primal_jax.rl import policy as pol
-
-try:
-  from primal_jax.data.cache import default_cache_dir, sha256_file
-except ImportError:  # the shared cache helpers predate primal_jax.data.cache
-  from primal_jax.data.aeon_wheel import _sha256_file as sha256_file
-  from primal_jax.data.aeon_wheel import default_cache_dir
 
 POLICY_ROOT = Path(__file__).resolve().parents[2] / "experiments" / "results" / "d4rl" / "policies"
 LEVELS = ("medium", "medium-replay", "expert", "medium-expert")
