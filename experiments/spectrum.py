@@ -38,19 +38,6 @@ from primal_jax.analysis.spectrum import (
 from primal_jax.models.config import stack_name
 
 
-def load_run_config(workdir: str | Path, data_dir: str | None = None):
-  """The ConfigDict a run saved in `<workdir>/config.json` (data_dir replaced when given)."""
-  import ml_collections
-
-  path = Path(workdir) / "config.json"
-  if not path.is_file():
-    raise FileNotFoundError(f"{path} does not exist: --workdir must be a directory written by experiments.main")
-  config = ml_collections.ConfigDict(json.loads(path.read_text()))
-  if data_dir is not None:
-    config.data.data_dir = data_dir
-  return config
-
-
 def run_label(config) -> str:
   """The legend label: "softmax", or "<model> eta=<eta>" (what distinguishes the runs of Figure 1)."""
   model = stack_name(config.model.layers)
@@ -211,7 +198,7 @@ def analyze(
   print_fn=print,
 ) -> dict:
   """Spectra of every run in `workdirs`; writes the figures, JSON and NPZ to `out`; returns the JSON dict."""
-  from primal_jax.training.loop import load_state
+  from primal_jax.training.experiment import load_run_config, load_state
   from primal_jax.training.metrics import summary_table
 
   if labels and len(labels) != len(workdirs):

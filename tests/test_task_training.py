@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
+from experiments.generate import generate_from_run
+from experiments.generate import main as generate_main
 from primal_jax.data.core import DatasetInfo, InputPipeline
 from primal_jax.data.registry import registered_task
 from primal_jax.models import builders
@@ -35,7 +37,7 @@ def train_losses(workdir: Path, key: str = "task_loss") -> list[float]:
   return [m["scalars"][key] for m in read_metrics(workdir, dedupe=True, prefix="train")]
 
 
-def test_causal_lm_trains_through_the_binary(tmp_path):
+def test_causal_lm_trains_through_the_binary(tmp_path, capsys):
   text = tmp_path / "corpus.txt"
   text.write_text(TEXT * 30)  # ~8 KB: 7 KB of training bytes
   workdir = tmp_path / "run"
@@ -60,6 +62,20 @@ def test_causal_lm_trains_through_the_binary(tmp_path):
   assert summary["best_validation"] == {"step": best["step"], "bits_per_byte": best["validation/bits_per_byte"]}
   ckpt = Checkpointer(workdir / "checkpoints", best_metric="validation/bits_per_byte", best_mode="min")
   assert ckpt.best_step() == best["step"]
+  # Generation from the run's checkpoint (experiments/generate.py), and its one-line user errors.
+  texts = generate_from_run(
+    str(workdir), ["Anar", "A"], max_new_tokens=5, temperature=0.0, top_k=0, top_p=1.0, seed=0
+  )  # fmt: skip
+  assert len(texts) == 2 and all(isinstance(t, str) and t for t in texts)
+  for flags, message in (
+    (["--prompt="], "prompts must not be empty"),
+    (["--prompt=x", "--top_p=1.5"], "top_p must lie in"),
+    (["--prompt=x", "--max_new_tokens=100"], "exceeds the model's max_len"),
+  ):
+    with pytest.raises(SystemExit) as exit_info:
+      generate_main(["generate", f"--workdir={workdir}", *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 # --- a regression task and model of this file's own

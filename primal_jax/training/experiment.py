@@ -110,6 +110,21 @@ def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainSt
   return state, "initialised from scratch"
 
 
+def load_run_config(workdir: str | Path, data_dir: str | None = None):
+  """The ConfigDict a run saved in `<workdir>/config.json` (`data.data_dir` replaced when given)."""
+  import json
+
+  import ml_collections
+
+  path = Path(workdir) / "config.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path} does not exist: --workdir must be a directory written by experiments.main")
+  config = ml_collections.ConfigDict(json.loads(path.read_text()))
+  if data_dir is not None:
+    config.data.data_dir = data_dir
+  return config
+
+
 def load_state(config, workdir: str | Path, step: int | None = None) -> tuple[Experiment, TrainState]:
   """The experiment of `config` and the state saved in `workdir` (latest step by default)."""
   experiment = build_experiment(config)

@@ -1,0 +1,133 @@
+"""Sampling from a `CausalLM`: temperature, top-k, top-p, prompts of different lengths, one compiled step.
+
+Primal layers decode from their running sums of q and k (a state whose size does not grow with the
+context); softmax layers from their key/value cache (`init_cache`, `decode_step`). Prompts of different
+lengths share one position counter without padding: the part every prompt has (the shortest prompt's
+length) is prefilled in chunks of `prefill_chunk` tokens, then each step feeds, per sequence, its next prompt
+token while it has one and its last sampled token afterwards. So no sequence ever attends to a pad token, and
+a sequence's output is exactly what it would be alone. Each step is one call of a function jitted once per
+(model, batch size): no recompilation per token or per position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primal_jax.models.lm import CausalLM, decode_step, init_cache
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingOptions:
+  """temperature 0 is greedy (argmax); top_k 0 keeps every token; top_p 1.0 keeps the whole distribution."""
+
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  def __post_init__(self) -> None:
+    if not (np.isfinite(self.temperature) and self.temperature >= 0):
+      raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {self.temperature}")
+    if isinstance(self.top_k, bool) or not isinstance(self.top_k, int | np.integer) or self.top_k < 0:
+      raise ValueError(f"top_k must be an integer >= 0 (0: no top-k cut), got {self.top_k!r}")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"top_p must lie in (0, 1] (1: no nucleus cut), got {self.top_p}")
+
+
+def filter_logits(logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
+  """logits [B, V] with the tokens outside the top-k and outside the top-p nucleus set to -inf.
+
+  The nucleus is the smallest set of most probable tokens whose probability reaches `top_p` (the token
+  that crosses it is kept), as in Holtzman et al. (2020); ties at the k-th value are all kept.
+  """
+  neg = jnp.finfo(logits.dtype).min
+  if top_k:
+    kth = jax.lax.top_k(logits, min(top_k, logits.shape[-1]))[0][..., -1:]  # [B, 1]
+    logits = jnp.where(logits < kth, neg, logits)
+  if top_p < 1.0:
+    order = jnp.argsort(-logits, axis=-1)  # [B, V] most probable first
+    probs = jax.nn.softmax(jnp.take_along_axis(logits, order, axis=-1), axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs  # probability mass strictly before each token
+    keep_sorted = before < top_p
+    keep = jnp.zeros_like(keep_sorted).at[jnp.arange(logits.shape[0])[:, None], order].set(keep_sorted)
+    logits = jnp.where(keep, logits, neg)
+  return logits
+
+
+def sample_token(logits: jax.Array, rng: jax.Array, options: SamplingOptions) -> jax.Array:
+  """[B] int32 next tokens from logits [B, V] under `options`."""
+  logits = logits.astype(jnp.float32)
+  if options.temperature == 0.0:
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  logits = filter_logits(logits / options.temperature, options.top_k, options.top_p)
+  return jax.random.categorical(rng, logits, axis=-1).astype(jnp.int32)
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(model: CausalLM, options: SamplingOptions):
+  """(prefill, step) jitted for `model` and `options`: compiled once per input shape."""
+
+  def prefill(params, cache, tokens):
+    _, cache = decode_step(model, params, cache, tokens)
+    return cache
+
+  def step(params, cache, fed, rng):
+    logits, cache = decode_step(model, params, cache, fed[:, None])  # [B, 1, V]
+    return sample_token(logits[:, -1], rng, options), cache
+
+  return jax.jit(prefill), jax.jit(step)
+
+
+def check_prompts(prompts: list[list[int]], max_new_tokens: int, model: CausalLM) -> None:
+  """ValueError naming the argument unless every prompt fits the model with its new tokens."""
+  if not prompts:
+    raise ValueError("prompts must hold at least one prompt")
+  if any(len(p) == 0 for p in prompts):
+    raise ValueError("prompts must not be empty: a causal LM needs at least one token to condition on")
+  if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+  vocab = model.config.vocab_size
+  if any(not 0 <= t < vocab for p in prompts for t in p):
+    raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+  longest = max(len(p) for p in prompts)
+  if longest + max_new_tokens > model.config.max_len:
+    raise ValueError(
+      f"prompt length {longest} + max_new_tokens {max_new_tokens} exceeds the model's max_len "
+      f"{model.config.max_len} (its position table and softmax key/value caches); shorten the prompt or "
+      "ask for fewer tokens"
+    )
+
+
+def generate(
+  model: CausalLM, params, prompts: list[list[int]], *, max_new_tokens: int, options: SamplingOptions,
+  seed: int = 0, prefill_chunk: int = 64,
+) -> list[list[int]]:  # fmt: skip
+  """The `max_new_tokens` tokens sampled after each prompt (module doc), one list per prompt."""
+  check_prompts(prompts, max_new_tokens, model)
+  if prefill_chunk < 1:
+    raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+  prefill, step = _compiled(model, options)
+  batch, shortest, longest = len(prompts), min(map(len, prompts)), max(map(len, prompts))
+  total = longest + max_new_tokens
+  forced = np.zeros((batch, total), np.int32)  # prompt tokens where a sequence still has them
+  has_prompt = np.zeros((batch, total), bool)
+  for i, p in enumerate(prompts):
+    forced[i, : len(p)], has_prompt[i, : len(p)] = p, True
+  cache = init_cache(model, batch)
+  common = shortest - 1  # the last shared prompt token is fed by the first step, which then samples
+  for begin in range(0, common, prefill_chunk):
+    cache = prefill(params, cache, jnp.asarray(forced[:, begin : min(begin + prefill_chunk, common)]))
+  rng = jax.random.key(seed)
+  fed = forced[:, common]
+  out = np.zeros((batch, total), np.int32)
+  for position in range(common, total - 1):  # feed token `position`, sample token `position + 1`
+    rng, key = jax.random.split(rng)
+    sampled, cache = step(params, cache, jnp.asarray(fed), key)
+    nxt = position + 1
+    out[:, nxt] = np.asarray(sampled)
+    fed = np.where(has_prompt[:, nxt], forced[:, nxt], out[:, nxt])
+  return [out[i, len(p) : len(p) + max_new_tokens].tolist() for i, p in enumerate(prompts)]
