@@ -405,7 +405,10 @@ PLOT_METRICS = (
 )
 
 
-def plot_scaling(results: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
+def plot_scaling(
+  results: Mapping[str, Any], path: str | Path, *, title: str = "", metrics=PLOT_METRICS,
+  xlabel: str = "sequence length N",
+) -> Path:  # fmt: skip
   """Log-log PNG of time and memory against N, a line per variant with its fitted slope in the legend.
 
   Uses matplotlib's object API (no pyplot), so it neither needs a display nor touches global state.
@@ -414,7 +417,7 @@ def plot_scaling(results: Mapping[str, Any], path: str | Path, *, title: str = "
   from matplotlib.figure import Figure
 
   records = [r for r in results["records"] if not r.get("error")]
-  panels = [m for m in PLOT_METRICS if any(metric_value(r, m[0]) is not None for r in records)]
+  panels = [m for m in metrics if any(metric_value(r, m[0]) is not None for r in records)]
   variants = list(dict.fromkeys(r["variant"] for r in records))
   fig = Figure(figsize=(6 * max(len(panels), 1), 4.8), layout="constrained")
   axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
@@ -431,7 +434,7 @@ def plot_scaling(results: Mapping[str, Any], path: str | Path, *, title: str = "
       ax.plot([p[0] for p in pts], [p[1] / scale for p in pts], marker="o", label=legend)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length N")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(label)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
