@@ -53,7 +53,7 @@ BEST_LOW_RANK = {
 NUM_LAYERS = 3
 
 
-def model_layers(model: str, num_layers: int = NUM_LAYERS) -> tuple[str, ...]:
+def dt_layers(model: str, num_layers: int = NUM_LAYERS) -> tuple[str, ...]:
   """dt: GPT-2 attention everywhere; primal_dt: the last layer Primal; another name: that attention everywhere."""
   if model == "dt":
     return ("gpt2",) * num_layers
@@ -98,7 +98,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   )
   config.model = dict(
     name="decision_transformer",
-    layers=model_layers(model),
+    layers=dt_layers(model),
     attention=dict(primal=dict(low_rank=low_rank, data_dependent=False)),
     dim=256,
     num_heads=4,

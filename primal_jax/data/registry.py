@@ -27,7 +27,7 @@ import types
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from primal_jax.data import lra_image, lra_retrieval, lra_text, text_bytes, uea
+from primal_jax.data import lra_image, lra_retrieval, lra_text, text_bytes, text_words, uea
 from primal_jax.data.core import InputPipeline
 from primal_jax.data.listops import make_listops_pipeline
 from primal_jax.data.pathfinder import make_pathfinder_pipeline
@@ -46,6 +46,7 @@ _BUILTIN: dict[str, PipelineFactory] = {
   "lra_retrieval": lra_retrieval.make_lra_retrieval_pipeline,
   "pathfinder": make_pathfinder_pipeline,
   "text_bytes": text_bytes.make_text_bytes_pipeline,
+  "text_words": text_words.make_text_words_pipeline,
   "d4rl": make_offline_rl_pipeline,
 }
 _FACTORIES: dict[str, PipelineFactory] = dict(_BUILTIN)

@@ -72,20 +72,23 @@ def num_windows(num_bytes: int, seq_len: int) -> int:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ByteWindows(Sequence):
-  """The next-byte windows of one contiguous byte stream: item k is {"tokens": uint8 [n + 1], "index": k}.
+  """The next-token windows of one contiguous token stream: item k is {"tokens": [n + 1], "index": k}.
+
+  The stream is uint8 bytes here, int32 word ids in `text_words` (any integer dtype).
 
   tokens are stream[kT : kT + T + 1] (n = T targets, fewer for the last
   window): inputs are tokens[:-1], targets tokens[1:]. Integer indices only.
   """
 
-  stream: np.ndarray  # [L] uint8, a view of the file
+  stream: np.ndarray  # [L] uint8 (a view of the file) or int32 token ids
   seq_len: int
 
   def __post_init__(self) -> None:
     check_positive_int(self.seq_len, "seq_len")
-    if self.stream.ndim != 1 or self.stream.dtype != np.uint8 or len(self.stream) < 2:
+    integer = np.issubdtype(self.stream.dtype, np.integer)
+    if self.stream.ndim != 1 or not integer or len(self.stream) < 2:
       raise ValueError(
-        f"stream must be uint8 [L] with L >= 2 (one target), got {self.stream.dtype} {self.stream.shape}"
+        f"stream must be integer [L] with L >= 2 (one target), got {self.stream.dtype} {self.stream.shape}"
       )
 
   def __len__(self) -> int:
