@@ -21,7 +21,7 @@ from primal_jax.dual import induced_kernel
 from primal_jax.feature_maps import cosine_feature_map, random_feature_projection, softmax_kernel_feature_map
 from primal_jax.initializers import linear_inits, torch_orthogonal_init, uniform01_init
 from primal_jax.ksvd import KSVD_COLLECTION, ksvd_terms
-from primal_jax.masks import padding_from_mask
+from primal_jax.masks import mask_honoured, mask_values_ok, padding_from_mask, refuse_unhonoured
 from primal_jax.sampling import padding_aware_positions, release_sample_indices
 from primal_jax.validation import check_choice, check_positive
 
@@ -84,6 +84,17 @@ class PrimalAttention(AttentionShell):
   self_attention_only: ClassVar[bool] = True  # W_e|X and W_r|X come from one sequence's rows
 
   @property
+  def mixed_pairs(self) -> str:
+    """Which (query i, key j) pairs of real positions the outputs mix: "causal", "all" or "self".
+
+    Sampled rows span the whole input and the softmax-kernel normaliser sums over keys ("all");
+    a data-independent cosine layer maps each x_i alone ("self").
+    """
+    if self.causal:
+      return "causal"
+    return "all" if self.data_dependent or self.feature_map != "cosine" else "self"
+
+  @property
   def sampled_rows(self) -> int | None:
     """n, the number of sampled rows (None when data-independent)."""
     if not self.data_dependent:
@@ -120,8 +131,12 @@ class PrimalAttention(AttentionShell):
 
     `inputs_k` [B, N, D] is the block input whose sampled rows build W_e|X. `mask` is [B, N]
     padding (True = real) or a Flax attention mask [B, 1|H, N, N] (a position is real iff it may
-    attend to itself). `sow_weights` is ignored: there is no attention-weight matrix; the e/r
-    scores are always sown in `intermediates`, the induced kernel in the spectrum collection.
+    attend to itself). A mask that forbids pairs of real positions the layer mixes (a causal mask
+    for a non-causal layer, a block mask) or holds values other than 0/1 (an additive mask) is
+    refused: ValueError when the mask is concrete, NaN outputs for those sequences under `jit`
+    (plus the ValueError from a host callback with `debug_checks`). `sow_weights` is ignored: there
+    is no attention-weight matrix; the e/r scores are always sown in `intermediates`, the induced
+    kernel in the spectrum collection.
     """
     del v, sow_weights
     batch, length, heads, p = q.shape
@@ -146,6 +161,7 @@ class PrimalAttention(AttentionShell):
     lam = self.param("Lambda", _logical(uniform01_init(), ("heads", "rank")), (heads, s), self.param_dtype)
 
     padding = padding_from_mask(mask, batch, length)  # [B, N] bool or None
+    checks = self._mask_checks(mask, padding)
     aware = self.sampling == "padding_aware" and padding is not None
     valid = padding.astype(dtype) if aware else None  # [B, N] 0/1 or None
 
@@ -196,7 +212,36 @@ class PrimalAttention(AttentionShell):
     if padding is not None and self.mask_outputs:
       heads_out = heads_out * padding[:, None, :, None].astype(heads_out.dtype)
     heads_out = self.apply_dropout(heads_out, deterministic, dropout_rng)
+    for ok, message in checks:
+      heads_out = refuse_unhonoured(heads_out, ok, message, self.debug_checks)
     return jnp.swapaxes(heads_out, 1, 2)  # [B, N, H, p]
+
+  def _mask_checks(self, mask, padding) -> list[tuple[jax.Array, str]]:
+    """([B] ok, message) pairs: the mask's values are 0/1, and it forbids no pair the layer mixes.
+
+    Primal-Attention has no N x N score matrix to edit: a mask acts only through the padding it
+    implies (`sampling` says how). A mask forbidding pairs of real positions (causal, block,
+    per-head) would otherwise be silently reduced to that padding.
+    """
+    if mask is None:
+      return []
+    values = (
+      mask_values_ok(mask, padding.shape[0]),
+      "PrimalAttention: mask must hold only 0 and 1 or booleans (True = may attend); an additive mask "
+      "(0 = attend, -inf = not) is not accepted: pass the boolean mask it was built from",
+    )
+    pairs = self.mixed_pairs
+    hint = (
+      "for a causal mask set causal=True (with data_dependent=False)"
+      if pairs == "all"
+      else "a causal layer honours padding and causality only"
+    )
+    honoured = (
+      mask_honoured(mask, padding, pairs),
+      f"PrimalAttention cannot honour this mask: it forbids pairs of real positions that the layer mixes "
+      f"({pairs!r}; a mask acts only through its padding, the diagonal); {hint}",
+    )
+    return [values, honoured]
 
   @staticmethod
   def _induced_kernel(q, k, rows, valid, head_options) -> jax.Array:
