@@ -10,7 +10,8 @@ A generated table sits between two markers, each on a line of its own, in a Mark
   <!-- table:uea:main end -->
 
 The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/)
-or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself) or `d4rl:<table>` (a table of
+or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself), `decoding:<dir>` (the decoding
+benchmark's JSON in benchmarks/results/<dir>/) or `d4rl:<table>` (a table of
 experiments/sweeps/d4rl.py, from the run records in experiments/results/d4rl/sweep/). Sources: the UEA sweep's run
 records (experiments/results/uea/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).
@@ -304,6 +305,14 @@ def _seconds(value: float) -> str:
   return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
+def decoding(name: str, base: Path) -> str:
+  """The decoding benchmark's tables (benchmarks/decoding.py), regenerated from its decoding.json."""
+  from benchmarks import decoding as dec
+  from benchmarks import harness as bm
+
+  return dec.markdown(bm.load_results(BENCHMARK_RESULTS / name / "decoding.json")).strip()
+
+
 def benchmark(name: str, base: Path) -> str:
   from benchmarks import harness as bm
 
@@ -364,6 +373,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "spectrum": spectrum,
   "benchmark": benchmark,
   "d4rl": d4rl_sweep,
+  "decoding": decoding,
 }
 
 
