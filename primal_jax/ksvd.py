@@ -14,12 +14,15 @@ release J equals the paper J with Lambda_paper = lambda^2 / N.
 
 A Primal layer reduces its scores to `KSVDTerms` (sufficient statistics per
 sequence and head) and sows them in the `ksvd` collection; `ksvd_loss` turns a
-model's collection into the regulariser in the chosen convention.
+model's collection into the regulariser in the chosen convention. Terms stacked
+by `nn.scan` over blocks (leading layer axes on every field) count as one layer
+per index, so a scanned stack gives the loss of the same stack unscanned.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import flax
 import jax
@@ -149,15 +152,42 @@ def ksvd_objective(terms: KSVDTerms, spec: KSVDSpec = RELEASE_SEQUENCE) -> jax.A
   return jnp.mean(0.5 * quad_e + 0.5 * quad_r - trace, axis=-1)
 
 
+def unstack_terms(terms: KSVDTerms) -> list[KSVDTerms]:
+  """One `KSVDTerms` per layer of terms stacked on leading axes (`nn.scan` or `nn.vmap` over layers).
+
+  A layer's terms have `count` [B] and `trace_params` [H]; stacked ones [L..., B] and [L..., H]
+  (several leading axes for nested scans, flattened in row-major order). Raises ValueError when the
+  fields disagree on the leading axes (e.g. terms stacked on another axis than the first).
+  """
+  lead = terms.count.shape[:-1]
+  if not lead:
+    return [terms]
+  fields = {f.name: getattr(terms, f.name) for f in dataclasses.fields(terms)}
+  trailing = {"count": 1, "trace_params": 1}  # every other field is [.., B, H]
+  for name, value in fields.items():
+    if value.shape[: value.ndim - trailing.get(name, 2)] != lead:
+      raise ValueError(
+        f"stacked KSVDTerms must carry the layer axes leading on every field: count has {lead} "
+        f"before [batch], {name} has shape {value.shape} (scan with variable_axes={{'ksvd': 0}})"
+      )
+  size = math.prod(lead)
+  flat = {name: value.reshape((size,) + value.shape[len(lead) :]) for name, value in fields.items()}
+  return [KSVDTerms(**{name: value[i] for name, value in flat.items()}) for i in range(size)]
+
+
 def collect_terms(collection) -> list[KSVDTerms]:
-  """All `KSVDTerms` in a (nested) `ksvd` collection, in module-path order."""
+  """All `KSVDTerms` in a (nested) `ksvd` collection, one per layer, in module-path order.
+
+  Terms stacked by `nn.scan` (or `nn.vmap`) over layers are split into their layers (`unstack_terms`),
+  so a scanned stack gives the same list as the unscanned one.
+  """
   leaves = jax.tree_util.tree_leaves(collection, is_leaf=lambda x: isinstance(x, KSVDTerms))
-  return [leaf for leaf in leaves if isinstance(leaf, KSVDTerms)]
+  return [layer for leaf in leaves if isinstance(leaf, KSVDTerms) for layer in unstack_terms(leaf)]
 
 
 def _as_terms(layers) -> list[KSVDTerms]:
   if isinstance(layers, (list, tuple)) and all(isinstance(t, KSVDTerms) for t in layers):
-    return list(layers)
+    return [layer for t in layers for layer in unstack_terms(t)]
   return collect_terms(layers)
 
 

@@ -2,8 +2,15 @@
 
 It accepts the call signature of `flax.linen.MultiHeadDotProductAttention`, so
 it can be passed wherever a Transformer takes that class. Each call sows the
-layer's `KSVDTerms` in the `ksvd` collection (see `primal_jax.ksvd`) and the
-e/r scores in `intermediates`.
+layer's `KSVDTerms` in the `ksvd` collection (see `primal_jax.ksvd`; a 1-tuple
+under "terms", replaced by every call) and the e/r scores in `intermediates`.
+
+Under `nn.scan` over blocks, stack the collection with the parameters
+(`variable_axes={"params": 0, "ksvd": 0}`) and name the new parameter axis for
+the logical partitioning the parameters carry:
+`metadata_params={nn.PARTITION_NAME: "layers"}` (Flax refuses to scan boxed
+parameters without it); `ksvd_loss` reads the stacked terms as one layer per
+index of the leading axis.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ SAMPLING_MODES = ("release", "padding_aware")
 
 def _logical(init, names):
   return nn.with_logical_partitioning(init, names)
+
+
+def _replace(_, value):
+  return (value,)
 
 
 class PrimalAttention(AttentionShell):
@@ -196,7 +207,11 @@ class PrimalAttention(AttentionShell):
       self.sow("intermediates", "escore", escore)
       self.sow("intermediates", "rscore", rscore)
       if not self.decode:
-        self.sow(KSVD_COLLECTION, "terms", ksvd_terms(escore, rscore, lam, we, wr, we_x, wr_x, valid))
+        # Replaced, not appended: state merged back into the variables ({**variables, **state}, as for
+        # batch_stats) must not pile up stale terms (a growing tuple, stale terms in the loss, a retrace
+        # per step). The price: a layer called twice in one apply keeps its last call's terms.
+        terms = ksvd_terms(escore, rscore, lam, we, wr, we_x, wr_x, valid)
+        self.sow(KSVD_COLLECTION, "terms", terms, reduce_fn=_replace, init_fn=tuple)
     self.sow_matrix("primal", lambda: self._induced_kernel(q, k, rows, valid, head_options), mask, batch, length)
 
     combine_kernel, combine_bias = linear_inits(self.init_style, 2 * s, self.kernel_init, self.bias_init)
