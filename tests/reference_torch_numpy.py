@@ -429,3 +429,13 @@ def _decision_transformer(sd, cfg, inputs):
 
 
 RUNNERS["DecisionTransformer"] = _decision_transformer
+
+
+def _combo_vision_transformer(sd, cfg, inputs):
+  """The release's CV `ComboVisionTransformer` (case `cv_primal_deit`), in reference_vit_numpy."""
+  from reference_vit_numpy import combo_vision_transformer
+
+  return combo_vision_transformer(sd, cfg, inputs)
+
+
+RUNNERS["ComboVisionTransformer"] = _combo_vision_transformer

@@ -19,6 +19,7 @@ import numpy as np
 from primal_jax.attention import PrimalAttention
 from primal_jax.convert import torch_layout
 from primal_jax.convert.rl_case import run_decision_transformer
+from primal_jax.convert.vit import run_combo_vision_transformer
 from primal_jax.ksvd import RELEASE_SEQUENCE, KSVDSpec, collect_terms, ksvd_loss, ksvd_loss_per_sample
 from primal_jax.models import SequenceClassifier, TransformerConfig
 from primal_jax.sampling import release_sample_indices
@@ -174,6 +175,7 @@ RUNNERS: dict[str, Callable[[ReferenceCase], dict]] = {
   "Primal_attention": run_rl_layer,
   "PrimalMultiheadAttention": run_fairseq_layer,
   "DecisionTransformer": run_decision_transformer,
+  "ComboVisionTransformer": run_combo_vision_transformer,
 }
 
 

@@ -5,6 +5,7 @@ from primal_jax.models.classifier import DualSequenceClassifier, SequenceClassif
 from primal_jax.models.config import STACKS, TransformerConfig, make_config, model_layers
 from primal_jax.models.decision_transformer import DecisionTransformer, dt_config
 from primal_jax.models.lm import CausalLM, decode_step, init_cache
+from primal_jax.models.vit import VisionTransformer, vit_config
 
 __all__ = [
   "CausalLM",
@@ -18,10 +19,12 @@ __all__ = [
   "STACKS",
   "TransformerConfig",
   "TransformerStack",
+  "VisionTransformer",
   "decode_step",
   "dt_config",
   "init_cache",
   "make_config",
   "model_layers",
   "pool",
+  "vit_config",
 ]

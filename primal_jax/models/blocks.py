@@ -85,7 +85,8 @@ class EncoderBlock(nn.Module):
   Pre-norm (`config.norm_position == "pre"`, the release's LRA/RL/LM blocks):
   x + Dropout(Attention(N1(x))), then x + MLP(N2(x)). Post-norm ("post", the
   release's time-series `EncoderLayer`): N1(x + Dropout(Attention(x))), then
-  N2(x + MLP(x)).
+  N2(x + MLP(x)). With `config.drop_path_rate > 0` each branch also passes
+  through DeiT's drop path (`config.drop_path(layer)`) before it is added.
 
   Attributes:
     config: model hyper-parameters.
@@ -107,11 +108,21 @@ class EncoderBlock(nn.Module):
     attention = cfg.layer_attention(self.layer, causal=self.causal, decode=self.decode, name="attention")
     mlp = MlpBlock(cfg, name="mlp")
     dropout = Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)
+    rate = cfg.drop_path(self.layer)
+    # Stochastic depth: a whole residual branch dropped per sample (one mask per example, shared by every
+    # position and channel), a fresh draw for each branch as timm's DropPath.
+    drop_path = Dropout(rate, broadcast_dims=tuple(range(1, x.ndim)), impl=cfg.dropout_impl, name="drop_path")
+
+    def branch(y):
+      return drop_path(y, deterministic=deterministic) if rate > 0 else y
+
     if cfg.norm_position == "post":
-      x = norm1(x + dropout(attention(x, mask=mask, deterministic=deterministic), deterministic=deterministic))
-      return norm2(x + mlp(x, deterministic))
-    x = x + dropout(attention(norm1(x), mask=mask, deterministic=deterministic), deterministic=deterministic)
-    return x + mlp(norm2(x), deterministic)
+      y = dropout(attention(x, mask=mask, deterministic=deterministic), deterministic=deterministic)
+      x = norm1(x + branch(y))
+      return norm2(x + branch(mlp(x, deterministic)))
+    y = dropout(attention(norm1(x), mask=mask, deterministic=deterministic), deterministic=deterministic)
+    x = x + branch(y)
+    return x + branch(mlp(norm2(x), deterministic))
 
 
 class TransformerStack(nn.Module):

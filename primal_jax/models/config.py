@@ -91,6 +91,9 @@ class TransformerConfig:
   # Regularisation and numerics.
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1  # every attention's dropout_rate unless its options set one
+  # Stochastic depth (DeiT's drop path): block i drops each residual branch per sample at rate
+  # drop_path_rate * i / (num_layers - 1), torch.linspace(0, rate, depth) as timm's decay rule.
+  drop_path_rate: float = 0.0
   # Dropout mask generator everywhere: "threefry" (= nn.Dropout) or "hash" (a counter hash keyed by the
   # same PRNG key, several times cheaper on CPU; see primal_jax/dropout.py).
   dropout_impl: str = "threefry"
@@ -133,10 +136,18 @@ class TransformerConfig:
     check_choice(self.norm_type, NORM_TYPES, "norm_type")
     check_choice(self.activation, ACTIVATIONS, "activation")
     check_choice(self.dropout_impl, DROPOUT_IMPLS, "dropout_impl")
+    if not 0.0 <= self.drop_path_rate < 1.0:
+      raise ValueError(f"drop_path_rate must be in [0, 1), got {self.drop_path_rate!r}")
 
   @property
   def num_layers(self) -> int:
     return len(self.layers)
+
+  def drop_path(self, index: int) -> float:
+    """Block `index`'s drop-path rate: linear from 0 (first block) to `drop_path_rate` (last)."""
+    if self.num_layers == 1:
+      return 0.0
+    return self.drop_path_rate * index / (self.num_layers - 1)
 
   @property
   def layer_names(self) -> tuple[str, ...]:
