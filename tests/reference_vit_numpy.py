@@ -116,3 +116,46 @@ def combo_vision_transformer(sd, cfg, inputs):
   loss_ksvd = float(np.mean(np.square(js))) if js else 0.0
   out.update(loss_ksvd=np.asarray(loss_ksvd), loss_total=np.asarray(ce.mean() + cfg.get("eta", 0.05) * loss_ksvd))
   return out
+
+
+def random_state_dict(rng, *, dim, depth, heads, patch, channels, tokens, classes, s, rank_multi, num_primal):
+  """A release `ComboVisionTransformer` state_dict: timm blocks, the last `num_primal` release Primal blocks.
+
+  Every entry random (LayerNorms and biases around, not at, their constant init) so a swapped or
+  forgotten parameter shows.
+  """
+  sd = {}
+  p = dim // heads
+  n = min(tokens, s * rank_multi)
+
+  def linear(name, fan_in, fan_out):
+    sd[name + ".weight"] = (rng.standard_normal((fan_out, fan_in)) / np.sqrt(fan_in)).astype(np.float32)
+    sd[name + ".bias"] = (0.1 * rng.standard_normal(fan_out)).astype(np.float32)
+
+  def norm(name):
+    sd[name + ".weight"] = (1.0 + 0.1 * rng.standard_normal(dim)).astype(np.float32)
+    sd[name + ".bias"] = (0.1 * rng.standard_normal(dim)).astype(np.float32)
+
+  sd["cls_token"] = (0.5 * rng.standard_normal((1, 1, dim))).astype(np.float32)
+  sd["pos_embed"] = (0.5 * rng.standard_normal((1, tokens, dim))).astype(np.float32)
+  fan = channels * patch * patch
+  sd["patch_embed.proj.weight"] = (rng.standard_normal((dim, channels, patch, patch)) / np.sqrt(fan)).astype(np.float32)
+  sd["patch_embed.proj.bias"] = (0.1 * rng.standard_normal(dim)).astype(np.float32)
+  for i in range(depth):
+    block = f"blocks.{i}."
+    norm(block + "norm1")
+    if i >= depth - num_primal:
+      for name in ("we", "wr"):
+        sd[block + "attn." + name] = (rng.standard_normal((heads, n, s)) / np.sqrt(n)).astype(np.float32)
+      sd[block + "attn.Lambda"] = rng.uniform(0.0, 1.0, (heads, s)).astype(np.float32)
+      linear(block + "attn.qk", dim, 2 * dim)
+      linear(block + "attn.concate_weight", 2 * s, p)
+    else:
+      linear(block + "attn.qkv", dim, 3 * dim)
+    linear(block + "attn.proj", dim, dim)
+    norm(block + "norm2")
+    linear(block + "mlp.fc1", dim, 4 * dim)
+    linear(block + "mlp.fc2", 4 * dim, dim)
+  norm("norm")
+  linear("head", dim, classes)
+  return sd

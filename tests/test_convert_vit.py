@@ -24,54 +24,11 @@ from primal_jax.convert.cases import load_case, relative_errors, run_case
 TOL = 1e-5  # README: max|jax - golden| <= 1e-5 * max|golden| per array
 
 
-def combo_state_dict(rng, *, dim, depth, heads, patch, channels, tokens, classes, s, rank_multi, num_primal):
-  """A release `ComboVisionTransformer` state_dict: timm blocks, the last `num_primal` release Primal blocks.
-
-  Every entry random (LayerNorms and biases around, not at, their constant init) so a swapped or
-  forgotten parameter shows.
-  """
-  sd = {}
-  p = dim // heads
-  n = min(tokens, s * rank_multi)
-
-  def linear(name, fan_in, fan_out):
-    sd[name + ".weight"] = (rng.standard_normal((fan_out, fan_in)) / np.sqrt(fan_in)).astype(np.float32)
-    sd[name + ".bias"] = (0.1 * rng.standard_normal(fan_out)).astype(np.float32)
-
-  def norm(name):
-    sd[name + ".weight"] = (1.0 + 0.1 * rng.standard_normal(dim)).astype(np.float32)
-    sd[name + ".bias"] = (0.1 * rng.standard_normal(dim)).astype(np.float32)
-
-  sd["cls_token"] = (0.5 * rng.standard_normal((1, 1, dim))).astype(np.float32)
-  sd["pos_embed"] = (0.5 * rng.standard_normal((1, tokens, dim))).astype(np.float32)
-  fan = channels * patch * patch
-  sd["patch_embed.proj.weight"] = (rng.standard_normal((dim, channels, patch, patch)) / np.sqrt(fan)).astype(np.float32)
-  sd["patch_embed.proj.bias"] = (0.1 * rng.standard_normal(dim)).astype(np.float32)
-  for i in range(depth):
-    block = f"blocks.{i}."
-    norm(block + "norm1")
-    if i >= depth - num_primal:
-      for name in ("we", "wr"):
-        sd[block + "attn." + name] = (rng.standard_normal((heads, n, s)) / np.sqrt(n)).astype(np.float32)
-      sd[block + "attn.Lambda"] = rng.uniform(0.0, 1.0, (heads, s)).astype(np.float32)
-      linear(block + "attn.qk", dim, 2 * dim)
-      linear(block + "attn.concate_weight", 2 * s, p)
-    else:
-      linear(block + "attn.qkv", dim, 3 * dim)
-    linear(block + "attn.proj", dim, dim)
-    norm(block + "norm2")
-    linear(block + "mlp.fc1", dim, 4 * dim)
-    linear(block + "mlp.fc2", 4 * dim, dim)
-  norm("norm")
-  linear("head", dim, classes)
-  return sd
-
-
 def write_combo_case(folder: Path, name: str, *, seed, image, batch=2, classes=7, eta=0.05, **sizes) -> Path:
   """<name>.npz / .json in the reference folder's format, golden outputs from `reference_vit_numpy`."""
   rng = np.random.default_rng(seed)
   tokens = (image // sizes["patch"]) ** 2 + 1
-  sd = combo_state_dict(rng, tokens=tokens, classes=classes, channels=3, **sizes)
+  sd = vref.random_state_dict(rng, tokens=tokens, classes=classes, channels=3, **sizes)
   inputs = {
     "images": rng.standard_normal((batch, 3, image, image)).astype(np.float32),
     "labels": rng.integers(0, classes, batch).astype(np.int64),
@@ -156,7 +113,7 @@ def test_verify_cli_on_a_sampled_case(cv_cases):
 
 def test_converter_layout():
   """qk rows: q = first D outputs, heads contiguous; the patch Conv2d weight [D, C, P, P] -> [P, P, C, D]."""
-  sd = combo_state_dict(
+  sd = vref.random_state_dict(
     np.random.default_rng(0), dim=8, depth=2, heads=2, patch=2, channels=3, tokens=5, classes=3, s=2, rank_multi=2,
     num_primal=1,
   )  # fmt: skip
@@ -181,7 +138,7 @@ def test_converter_layout():
   ],
 )
 def test_converter_refuses_parts_it_cannot_represent(key, message):
-  sd = combo_state_dict(
+  sd = vref.random_state_dict(
     np.random.default_rng(0), dim=8, depth=1, heads=2, patch=2, channels=3, tokens=5, classes=3, s=2, rank_multi=2,
     num_primal=0,
   )  # fmt: skip
@@ -191,7 +148,7 @@ def test_converter_refuses_parts_it_cannot_represent(key, message):
 
 
 def test_converter_checks_heads():
-  sd = combo_state_dict(
+  sd = vref.random_state_dict(
     np.random.default_rng(0), dim=8, depth=1, heads=2, patch=2, channels=3, tokens=5, classes=3, s=2, rank_multi=2,
     num_primal=1,
   )  # fmt: skip

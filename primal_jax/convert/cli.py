@@ -1,12 +1,16 @@
-"""`python -m primal_jax.convert verify CASE.npz [CASE.npz ...]`.
+"""`python -m primal_jax.convert verify CASE.npz [CASE.npz ...]` and `... timm CHECKPOINT OUT_DIR --model=NAME`.
 
-Rebuilds each reference case from its JSON, runs it, prints the max relative
-error of every output it can compute, and exits 1 if any exceeds the tolerance.
+verify: rebuilds each reference case from its JSON, runs it, prints the max
+relative error of every output it can compute, and exits 1 if any exceeds the
+tolerance. timm: converts a timm ViT / DeiT checkpoint into an orbax checkpoint
+of `VisionTransformer` params that `config.init_from` accepts
+(`primal_jax.convert.timm`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from primal_jax.convert.cases import load_case, relative_errors, run_case
@@ -31,13 +35,32 @@ def verify(path: str, tolerance: float, out=None) -> bool:
   return all(err <= tolerance for err in errors.values())
 
 
+def _timm(args) -> int:
+  from primal_jax.convert.timm import convert_timm_checkpoint
+
+  try:
+    described = convert_timm_checkpoint(args.checkpoint, args.out_dir, args.model)
+  except (OSError, ValueError, KeyError) as err:
+    print(f"{args.checkpoint}: error: {err}", file=sys.stderr)
+    return 1
+  print(f"wrote {args.out_dir}: {args.model} ({described['num_layers']} blocks, {described['num_classes']} classes)")
+  print(json.dumps(described))
+  return 0
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m primal_jax.convert", description=__doc__)
   sub = parser.add_subparsers(dest="command", required=True)
   v = sub.add_parser("verify", help="check reference cases against the PyTorch release's golden outputs")
   v.add_argument("cases", nargs="+", help="<case>.npz files (with <case>.json beside them)")
   v.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="max relative error per output")
+  t = sub.add_parser("timm", help="convert a timm ViT/DeiT checkpoint into an orbax params checkpoint")
+  t.add_argument("checkpoint", help="a .pth/.pt/.bin (needs torch), .safetensors or .npz state_dict")
+  t.add_argument("out_dir", help="new directory for the orbax checkpoint (step 0) and vit_model.json")
+  t.add_argument("--model", required=True, help="timm model name, e.g. deit_small_patch16_224")
   args = parser.parse_args(argv)
+  if args.command == "timm":
+    return _timm(args)
   if not args.tolerance > 0:  # also rejects NaN
     parser.error(f"--tolerance must be > 0, got {args.tolerance}")
   ok = True

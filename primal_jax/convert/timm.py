@@ -1,0 +1,118 @@
+"""timm ViT / DeiT checkpoints -> an orbax checkpoint of `VisionTransformer` params (`config.init_from`).
+
+`python -m primal_jax.convert timm CHECKPOINT OUT_DIR --model=deit_small_patch16_224` reads the
+state_dict (a torch `.pth` / `.pt` / `.bin`, DeiT's `{"model": state_dict}` included, needs torch; a
+`.safetensors` file needs the safetensors package; an `.npz` of the arrays needs neither), converts it
+(`primal_jax.convert.vit`), checks it against the named size, and writes step 0 of a `Checkpointer`
+directory holding `{"params": ...}` plus `vit_model.json` (the sizes and layers to configure the model
+with). `restore_params` reads it as any run's checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from primal_jax.convert.vit import vit_params
+from primal_jax.models.vit import VARIANTS
+
+MODEL_NAME = re.compile(r"(deit|vit)_(tiny|small|base)_patch(\d+)_(\d+)(\..+)?")
+SIZE_NAMES = {"tiny": "Ti", "small": "S", "base": "B"}
+MODEL_FILE = "vit_model.json"
+
+
+def decode_model_name(name: str) -> dict:
+  """The sizes a timm name means: "deit_small_patch16_224" -> variant "S/16", dim 384, 6 heads, patch 16, image 224."""
+  match = MODEL_NAME.fullmatch(name)
+  if not match:
+    raise ValueError(
+      f"--model must be a timm name like deit_small_patch16_224 or vit_base_patch16_224 (sizes tiny, small, base); "
+      f"got {name!r}"
+    )
+  size = SIZE_NAMES[match.group(2)]
+  dim, heads = VARIANTS[size]
+  patch, image = int(match.group(3)), int(match.group(4))
+  return {"variant": f"{size}/{patch}", "dim": dim, "num_heads": heads, "patch_size": patch, "image_size": image}
+
+
+def _unwrap(checkpoint) -> dict:
+  """DeiT's release files wrap the state_dict as {"model": ...}; others as {"state_dict": ...}."""
+  for key in ("model", "state_dict"):
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
+      return checkpoint[key]
+  return checkpoint
+
+
+def load_state_dict(path: str | Path) -> dict[str, np.ndarray]:
+  """A checkpoint file's state_dict as float32 NumPy arrays (module doc for the formats)."""
+  path = Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"checkpoint {str(path)!r} is not a file")
+  suffix = path.suffix.lower()
+  if suffix == ".npz":
+    z = np.load(path)
+    keys = [str(k) for k in z["param_keys"]] if "param_keys" in z else list(z.files)
+    return {k: np.asarray(z[k], np.float32) for k in keys}
+  if suffix == ".safetensors":
+    try:
+      from safetensors.numpy import load_file
+    except ImportError:
+      raise ValueError(
+        "reading a .safetensors checkpoint needs the safetensors package (pip install safetensors)"
+      ) from None
+    return {k: np.asarray(v, np.float32) for k, v in load_file(str(path)).items()}
+  try:
+    import torch
+  except ImportError:
+    raise ValueError(
+      f"reading {path.name} needs torch (pip install torch); or save its state_dict as .npz "
+      "(numpy.savez(out, **{k: v.numpy() for k, v in state_dict.items()})) and pass that"
+    ) from None
+  checkpoint = _unwrap(torch.load(str(path), map_location="cpu", weights_only=True))
+  return {k: v.detach().float().numpy() for k, v in checkpoint.items() if hasattr(v, "detach")}
+
+
+def convert_state_dict(state_dict, model: str) -> tuple[dict, dict]:
+  """(params, model description) of a timm state_dict named `model`; sizes checked against the name."""
+  named = decode_model_name(model)
+  params, layers, sizes = vit_params(state_dict, named["num_heads"])
+  for key in ("dim", "patch_size"):
+    if sizes[key] != named[key]:
+      raise ValueError(f"--model={model} means {key} {named[key]}, but the checkpoint has {sizes[key]}")
+  description = {
+    **named,
+    "num_layers": len(layers),
+    "hidden_dim": sizes["hidden_dim"],
+    "num_classes": sizes["num_classes"],
+    "channels": sizes["channels"],
+    "checkpoint_image_size": sizes["image_size"],
+    "layers": [layer if isinstance(layer, str) else list(layer) for layer in layers],
+    "source": model,
+  }
+  return params, description
+
+
+def write_params_checkpoint(params, out_dir: str | Path, description: dict | None = None) -> Path:
+  """Step 0 of a `Checkpointer` directory at `out_dir` holding {"params": params} (+ `vit_model.json`)."""
+  from primal_jax.training.checkpoints import Checkpointer
+
+  out_dir = Path(out_dir).resolve()
+  if out_dir.exists() and any(out_dir.iterdir()):
+    raise ValueError(f"OUT_DIR {out_dir} exists and is not empty; choose a new directory")
+  arrays = jax.tree.map(jax.numpy.asarray, params)
+  with Checkpointer(out_dir, max_to_keep=None, async_save=False) as ckpt:
+    ckpt.save(0, {"params": arrays}, force=True)
+  if description is not None:
+    (out_dir / MODEL_FILE).write_text(json.dumps(description, indent=1))
+  return out_dir
+
+
+def convert_timm_checkpoint(checkpoint: str | Path, out_dir: str | Path, model: str) -> dict:
+  """The `timm` command: read, convert, write; returns the model description."""
+  params, description = convert_state_dict(load_state_dict(checkpoint), model)
+  write_params_checkpoint(params, out_dir, description)
+  return description

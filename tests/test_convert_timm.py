@@ -1,0 +1,132 @@
+"""timm ViT / DeiT checkpoints -> `VisionTransformer`, and the `timm` convert command.
+
+Parity with timm on the committed tests/data/timm_vit_small.npz (a random timm 0.4.12 model's
+state_dict, images and logits, written by tools/timm_vit.py; torch is not needed here), against a live
+timm model where torch and timm import, and the command end to end on a torch-free .npz state_dict
+whose checkpoint `restore_params` (what `config.init_from` calls) reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reference_vit_numpy as vref
+from flax import linen as nn
+
+from primal_jax.convert import cli
+from primal_jax.convert import timm as convert_timm
+from primal_jax.convert.vit import model_from_state_dict, nchw_to_nhwc
+from primal_jax.training.checkpoints import Checkpointer
+
+TIMM_CASE = Path(__file__).resolve().parent / "data" / "timm_vit_small.npz"
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+TOL = 1e-5
+
+
+def _rel(ours, golden) -> float:
+  return float(np.max(np.abs(np.asarray(ours, np.float64) - golden)) / np.max(np.abs(golden)))
+
+
+def _logits(state_dict, num_heads, images_nchw):
+  model, params = model_from_state_dict(state_dict, num_heads)
+  return np.asarray(jax.jit(model.apply)({"params": params}, jnp.asarray(nchw_to_nhwc(images_nchw))))
+
+
+@pytest.fixture(scope="module")
+def timm_case():
+  z = np.load(TIMM_CASE)
+  sd = {str(k): z[str(k)] for k in z["param_keys"]}
+  return sd, z["images"], z["logits"], json.loads(str(z["config_json"]))
+
+
+def test_committed_timm_case_parity(timm_case):
+  """Our logits vs timm's on its own random model: max rel err < 1e-5."""
+  sd, images, logits, config = timm_case
+  assert config["timm"] == "0.4.12" and logits.shape == (3, config["num_classes"])
+  assert _rel(_logits(sd, config["num_heads"], images), logits) <= TOL
+
+
+def test_numpy_reference_reproduces_timm(timm_case):
+  """The float64 reference used for the release's CV cases agrees with timm too (validates it on softmax blocks)."""
+  sd, images, logits, config = timm_case
+  ref, _, _ = vref.forward(sd, {"num_heads": config["num_heads"]}, images)
+  assert _rel(ref, logits) <= TOL
+
+
+def test_live_timm_parity():
+  """A fresh timm model of another shape (depth 3, 4 heads, 24 x 24 images, patch 6, no class count of the file)."""
+  pytest.importorskip("torch")
+  pytest.importorskip("torchvision")
+  sys.path.insert(0, str(TOOLS))
+  try:
+    import timm_vit
+  finally:
+    sys.path.remove(str(TOOLS))
+  try:
+    model, config = timm_vit.build_model(seed=3, img_size=24, patch_size=6, embed_dim=32, depth=3, num_heads=4)
+  except ImportError as err:
+    pytest.skip(f"timm is not importable here: {err}")
+  images = np.random.default_rng(3).standard_normal((2, 3, 24, 24)).astype(np.float32)
+  logits = timm_vit.run_model(model, images)
+  assert _rel(_logits(timm_vit.state_dict_arrays(model), 4, images), logits) <= TOL
+
+
+def test_decode_model_name():
+  assert convert_timm.decode_model_name("deit_small_patch16_224") == dict(
+    variant="S/16", dim=384, num_heads=6, patch_size=16, image_size=224
+  )
+  assert convert_timm.decode_model_name("vit_base_patch32_384.augreg_in21k_ft_in1k")["variant"] == "B/32"
+  for bad in ("deit_small_distilled_patch16_224", "vit_large_patch16_224", "resnet50"):
+    with pytest.raises(ValueError, match="--model must be a timm name"):
+      convert_timm.decode_model_name(bad)
+
+
+def _tiny_state_dict(depth=1):
+  """deit_tiny's width and heads (192, 3) on 32 x 32 images with patch 16 (5 tokens): a small, named-size file."""
+  sd = vref.random_state_dict(
+    np.random.default_rng(5), dim=192, depth=depth, heads=3, patch=16, channels=3, tokens=5, classes=4, s=2,
+    rank_multi=2, num_primal=0,
+  )  # fmt: skip
+  return sd
+
+
+def test_timm_command_writes_a_checkpoint_restore_params_reads(tmp_path, capsys):
+  sd = _tiny_state_dict()
+  np.savez(tmp_path / "deit.npz", **sd)
+  out = tmp_path / "converted"
+  assert cli.main(["timm", str(tmp_path / "deit.npz"), str(out), "--model=deit_tiny_patch16_32"]) == 0
+  assert "wrote" in capsys.readouterr().out
+  described = json.loads((out / convert_timm.MODEL_FILE).read_text())
+  assert described["variant"] == "Ti/16" and described["layers"] == ["softmax"] and described["num_classes"] == 4
+  model, params = model_from_state_dict(sd, 3)
+  target = jax.tree.map(jnp.zeros_like, params)
+  restored = Checkpointer.restore_params(out, target)
+  for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(restored)[0], jax.tree.leaves(params), strict=True):
+    np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+  # The checkpoint's tree is the module's own: init and the converted params have the same structure.
+  init = nn.unbox(jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))["params"])
+  assert jax.tree.structure(init) == jax.tree.structure(restored)
+
+
+def test_timm_command_errors(tmp_path, capsys):
+  sd = _tiny_state_dict()
+  np.savez(tmp_path / "deit.npz", **sd)
+  cases = [
+    (["timm", str(tmp_path / "deit.npz"), str(tmp_path / "a"), "--model=deit_small_patch16_224"], "dim 384"),
+    (["timm", str(tmp_path / "missing.pth"), str(tmp_path / "b"), "--model=deit_tiny_patch16_224"], "not a file"),
+  ]
+  (tmp_path / "c").mkdir()
+  (tmp_path / "c" / "x").write_text("taken")
+  cases.append((["timm", str(tmp_path / "deit.npz"), str(tmp_path / "c"), "--model=deit_tiny_patch16_32"], "not empty"))
+  for argv, message in cases:
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "error:" in err and message in err, err
+  with pytest.raises(SystemExit):
+    cli.main(["timm", "x.pth", "out"])  # --model is required
