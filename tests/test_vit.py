@@ -50,7 +50,7 @@ def test_named_configs():
   assert (deit.layer_norm_eps, deit.activation, deit.exact_gelu, deit.drop_path_rate) == (1e-6, "gelu", True, 0.1)
   plus = vit_config("S/16", "primal_plus", num_primal_layers=2, low_rank=32)
   assert plus.layer_names == ("softmax",) * 10 + ("primal",) * 2
-  assert plus.layers[-1].kwargs == {"low_rank": 32, "rank_multi": 10, "data_dependent": True}
+  assert plus.layers[-1].kwargs == {"low_rank": 32, "rank_multi": 10, "data_dependent": True, "init_style": "torch"}
   assert vit_config("Ti/16", "primalformer").layer_names == ("primal",) * 12
   assert vit_layers("performer", 2) == ("performer", "performer")
   with pytest.raises(ValueError, match="model must be one of"):

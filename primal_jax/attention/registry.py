@@ -5,9 +5,9 @@ options are the attributes of the registered class (`PrimalAttention.low_rank`,
 `PerformerAttention.num_features`, ...), so adding a mechanism is one module
 (a subclass of `AttentionShell`) plus one `register_attention` line, with no
 edit to the model config. What the model decides for every layer alike (heads,
-causality, decoding, dtypes, initialisation, the dropout generator) is not an
-option; `dropout_rate` defaults to the model's attention dropout and an option
-may override it.
+causality, decoding, dtypes, the dropout generator) is not an option;
+`dropout_rate` and `init_style` default to the model's and an option may
+override them.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ _ATTENTIONS: dict[str, type[AttentionShell]] = {
 }
 ATTENTIONS = types.MappingProxyType(_ATTENTIONS)  # read-only view; extend with `register_attention`
 
-# Attributes the model sets on every layer (`TransformerConfig`); a layer's options may not.
-MODEL_FIELDS = frozenset({"num_heads", "causal", "decode", "dtype", "param_dtype", "init_style", "dropout_impl"})
+# Attributes the model sets on every layer (`TransformerConfig`); a layer's options may not. `init_style` is the
+# model's default that a layer may override: the release's CV Primal blocks keep PyTorch's default Linear init
+# inside a timm-initialised ViT (`primal_jax.models.vit`).
+MODEL_FIELDS = frozenset({"num_heads", "causal", "decode", "dtype", "param_dtype", "dropout_impl"})
 # Flax's own dataclass fields, never options.
 _FLAX_FIELDS = frozenset({"parent", "name"})
 

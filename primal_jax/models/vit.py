@@ -34,7 +34,7 @@ from primal_jax.dropout import Dropout
 from primal_jax.initializers import linear_inits
 from primal_jax.models.blocks import TransformerStack, dense
 from primal_jax.models.config import TransformerConfig, model_layers
-from primal_jax.validation import check_positive
+from primal_jax.validation import check_choice, check_positive
 
 # Width and heads of the named sizes (depth 12, MLP ratio 4), as timm's deit_{tiny,small,base}.
 VARIANTS = {"Ti": (192, 3), "S": (384, 6), "B": (768, 12)}
@@ -75,12 +75,16 @@ def vit_layers(
   Primal: the paper's Primal.+DeiT), "primalformer" (every layer Primal) or a registered attention name.
 
   Primal layers are the release's CV form: data-dependent, `low_rank` s and `rank_multi` (n is set by
-  `VisionTransformer` from the token count).
+  `VisionTransformer` from the token count), PyTorch-initialised projections. (The release's Primal block
+  also keeps PyTorch's init in its MLP; ours is timm's N(0, 0.02) like every other block.)
   """
   if model == "deit":
     model = "softmax"
   names = model_layers(model, num_layers, num_primal_layers)
-  primal = ("primal", {"low_rank": low_rank, "rank_multi": rank_multi, "data_dependent": True})
+  # PyTorch's default Linear init for the Primal layer's own projections (query, key, combine, out), as the
+  # release's `models_primal.Block`, built after timm's init and swapped in, keeps them.
+  options = {"low_rank": low_rank, "rank_multi": rank_multi, "data_dependent": True, "init_style": "torch"}
+  primal = ("primal", options)
   return tuple(primal if name == "primal" else name for name in names)
 
 
@@ -151,11 +155,15 @@ class VisionTransformer(nn.Module):
     config: the body (`vit_config`); `config.dim` is D, `config.num_classes` the head's outputs.
     image_size: H (= W) or (H, W); the position embedding has (H/P)(W/P) + 1 rows.
     patch_size: P; H and W must be multiples of it.
+    primal_qk_on_finetune: "init" (the release) or "pretrained", see `keep_init_on_finetune`.
   """
 
   config: TransformerConfig
   image_size: int | tuple[int, int] = 224
   patch_size: int = 16
+  # Fine-tuning from a softmax checkpoint (`keep_init_on_finetune`): the Primal layers' query and key are
+  # drawn afresh as in the release ("init"), or taken from the pretrained layer's q and k ("pretrained").
+  primal_qk_on_finetune: str = "init"
 
   @property
   def grid(self) -> tuple[int, int]:
@@ -200,6 +208,25 @@ class VisionTransformer(nn.Module):
     x = Dropout(cfg.dropout_rate, impl=cfg.dropout_impl)(x, deterministic=deterministic)
     x = TransformerStack(cfg, name="encoder")(x, None, deterministic)  # blocks + final LayerNorm
     return dense(cfg, cfg.num_classes, cfg.dim, ("embed", "classes"), "head")(x[:, 0])
+
+  def keep_init_on_finetune(self, path: str) -> bool:
+    """`restore_matching_params`' keep_init: a Primal layer's query and key stay initialised unless
+    `primal_qk_on_finetune == "pretrained"` (the release's fused `qk` matches no key of a DeiT checkpoint,
+    so `load_state_dict(strict=False)` leaves it fresh)."""
+    check_choice(self.primal_qk_on_finetune, ("init", "pretrained"), "primal_qk_on_finetune")
+    match = re.fullmatch(r"encoder/block_(\d+)/attention/(query|key)/(kernel|bias)", path)
+    if self.primal_qk_on_finetune == "pretrained" or not match:
+      return False
+    layer = self.config.layers[int(match.group(1))]
+    return issubclass(get_attention(layer.attention), PrimalAttention)
+
+  @staticmethod
+  def adapt_pretrained(path: str, saved: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """`restore_matching_params`' adapter: a pretrained position embedding resized to this image size
+    (DeiT's fine-tuning rule); any other leaf of another shape is left to the caller (None)."""
+    if path == "pos_embed" and saved.ndim == 3 and saved.shape[2] == shape[2]:
+      return resize_pos_embed(saved, shape[1])
+    return None
 
 
 def resize_pos_embed(pos_embed: np.ndarray, num_tokens: int) -> np.ndarray:

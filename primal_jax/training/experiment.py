@@ -27,6 +27,12 @@ from primal_jax.training.optimizers import make_optimizer
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
 from primal_jax.training.state import TrainState, abstract_state, init_state, make_init_fn
 from primal_jax.training.steps import ksvd_spec, make_eval_step, make_train_step
+from primal_jax.training.warm_start import restore_matching_params
+from primal_jax.validation import check_choice
+
+# `config.init_from_mode`: "exact" (the saved params are the model's, leaf for leaf) or "matching" (fine-tuning
+# another model: leaves of the same path and shape loaded, the rest initialised; `restore_matching_params`).
+INIT_FROM_MODES = ("exact", "matching")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +103,12 @@ def build_experiment(config) -> Experiment:
 
 
 def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainState, str]:
-  """The run's state and where it came from, in the resume order of `loop`'s docstring."""
+  """The run's state and where it came from, in the resume order of `loop`'s docstring.
+
+  `config.init_from_mode="matching"` fine-tunes from pretrained params of another model (`INIT_FROM_MODES`); a
+  module's `adapt_pretrained` (e.g. `VisionTransformer`'s position-embedding resize) adapts leaves of another shape,
+  its `keep_init_on_finetune(path)` names leaves to keep initialised (the release's fresh Primal query and key).
+  """
   config = experiment.config
   latest = ckpt.latest_step()
   if latest is not None:
@@ -105,8 +116,15 @@ def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainSt
     return state, f"resumed from step {latest} of {ckpt.directory}"
   state = init_state(experiment.init_fn, experiment.rng, experiment.shardings)
   if config.get("init_from"):
-    params = Checkpointer.restore_params(config.init_from, experiment.abstract.params)
-    return state.replace(params=params), f"params initialised from {config.init_from}"
+    if config.get("init_from_mode", "exact") == "exact":
+      params = Checkpointer.restore_params(config.init_from, experiment.abstract.params)
+      return state.replace(params=params), f"params initialised from {config.init_from}"
+    check_choice(config.init_from_mode, INIT_FROM_MODES, "init_from_mode")
+    module = experiment.built.module
+    adapt, keep = getattr(module, "adapt_pretrained", None), getattr(module, "keep_init_on_finetune", None)
+    params, report = restore_matching_params(config.init_from, state.params, adapt=adapt, keep_init=keep)
+    counts = ", ".join(f"{len(paths)} {what}" for what, paths in report.items() if paths)
+    return state.replace(params=params), f"params initialised from {config.init_from} where they match ({counts})"
   return state, "initialised from scratch"
 
 

@@ -1,14 +1,23 @@
-"""`restore_params`: the params of another run's checkpoint, to start a new run from (`config.init_from`).
+"""The params of another run's (or a converted) checkpoint, to start a new run from (`config.init_from`).
 
+`restore_params`: the saved params must be exactly the target's (every leaf's path, shape and dtype).
+`restore_matching_params`: fine-tuning a different model from pretrained weights (DeiT-S into Primal.+DeiT,
+another class count or image size): leaves present in both with the same shape are loaded, the target's
+new leaves keep their initialisation, as the release's `load_state_dict(..., strict=False)` does.
 Only the `params` subtree is read (orbax partial restore); the optimizer, step and RNG of the new run
 start fresh. Nothing under the other run's directory is written or deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from primal_jax.training.checkpoint_format import (
@@ -19,6 +28,7 @@ from primal_jax.training.checkpoint_format import (
   absolute_path,
   check_fingerprint,
   first_line,
+  path_str,
   require_shardings,
   state_fingerprint,
   valid_fingerprint,
@@ -34,23 +44,34 @@ def _params_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
   return registry
 
 
-def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
-  """Loads only the `params` subtree of another run's checkpoint (for `config.init_from`).
+@dataclasses.dataclass
+class _SavedParams:
+  """One step of a checkpoint directory, opened read-only: its `params` leaves and a reader for them."""
 
-  Args:
-    path: a `Checkpointer` directory (then `step`, default its latest step), a run's workdir (its
-      `checkpoints` subdirectory is used) or one step's directory `<directory>/<step>`. Nothing under it
-      is written or deleted.
-    abstract_params: target pytree of `jax.ShapeDtypeStruct` with `.sharding` (or arrays).
+  manager: ocp.CheckpointManager
+  step: int
+  where: str
+  info: dict
+  leaves: list[dict]  # {"path" (below params/), "shape", "dtype"} in saved order
 
-  Returns:
-    the params, with the structure and shardings of `abstract_params` (the step used is logged).
+  def read(self, target: dict) -> dict:
+    """The saved params for `target` (a subtree of them: ShapeDtypeStructs with shardings, same paths)."""
+    target = {"params": target}
+    args = ocp.args.PyTreeRestore(
+      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
+    )
+    try:
+      return self.manager.restore(self.step, args=ocp.args.Composite(**{STATE_ITEM: args}))[STATE_ITEM]["params"]
+    except Exception as err:
+      raise CheckpointError(
+        f"checkpoint {self.where} is unreadable (corrupt or incomplete); nothing was deleted. Cause: reading the "
+        f"params arrays failed: {first_line(err)}"
+      ) from err
 
-  Raises:
-    CheckpointError: no checkpoint there, no `params` subtree, a params fingerprint that differs from
-      `abstract_params` (naming the leaves), or an unreadable checkpoint.
-  """
-  require_shardings(abstract_params, "abstract_params")
+
+@contextlib.contextmanager
+def _open_params(path, step: int | None):
+  """The `_SavedParams` of `path` (a Checkpointer directory, a run's workdir or `<directory>/<step>`)."""
   path = absolute_path(path)
   root = path
   if (path / WORKDIR_SUBDIR).is_dir() and not any(child.name.isdigit() for child in path.iterdir()):
@@ -79,20 +100,128 @@ def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
     if not isinstance(info, dict) or not valid_fingerprint(info.get("fingerprint")):
       raise CheckpointError(f"{unreadable}: the {INFO_ITEM} record has no valid fingerprint")
     leaves = info["fingerprint"]["leaves"]
-    saved = {"leaves": [dict(x, path=x["path"][len("params/") :]) for x in leaves if x["path"].startswith("params/")]}
-    if not saved["leaves"]:
+    saved = [dict(x, path=x["path"][len("params/") :]) for x in leaves if x["path"].startswith("params/")]
+    if not saved:
       tops = sorted({x["path"].split("/")[0] for x in leaves})
       raise CheckpointError(f"checkpoint {where} has no 'params' subtree; its top-level entries are {tops}")
-    check_fingerprint(saved, state_fingerprint(abstract_params), f"{where} (params subtree)")
-    target = {"params": abstract_params}
-    args = ocp.args.PyTreeRestore(
-      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
-    )
-    try:
-      params = manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: args}))[STATE_ITEM]["params"]
-    except Exception as err:
-      raise CheckpointError(f"{unreadable}: reading the params arrays failed: {first_line(err)}") from err
+    yield _SavedParams(manager, step, where, info, saved)
   finally:
     manager.close()
-  log.info("restored params from %s (metrics %s)", where, info.get("metrics"))
+
+
+def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
+  """Loads only the `params` subtree of another run's checkpoint (for `config.init_from`).
+
+  Args:
+    path: a `Checkpointer` directory (then `step`, default its latest step), a run's workdir (its
+      `checkpoints` subdirectory is used) or one step's directory `<directory>/<step>`. Nothing under it
+      is written or deleted.
+    abstract_params: target pytree of `jax.ShapeDtypeStruct` with `.sharding` (or arrays).
+
+  Returns:
+    the params, with the structure and shardings of `abstract_params` (the step used is logged).
+
+  Raises:
+    CheckpointError: no checkpoint there, no `params` subtree, a params fingerprint that differs from
+      `abstract_params` (naming the leaves), or an unreadable checkpoint.
+  """
+  require_shardings(abstract_params, "abstract_params")
+  with _open_params(path, step) as saved:
+    check_fingerprint({"leaves": saved.leaves}, state_fingerprint(abstract_params), f"{saved.where} (params subtree)")
+    params = saved.read(abstract_params)
+  log.info("restored params from %s (metrics %s)", saved.where, saved.info.get("metrics"))
   return params
+
+
+# adapt(path, saved array, target shape) -> an array of the target shape, or None to keep the target's init.
+Adapter = Callable[[str, np.ndarray, tuple[int, ...]], "np.ndarray | None"]
+
+
+def _nested(flat: dict[str, Any]) -> dict:
+  tree: dict = {}
+  for path, value in flat.items():
+    *parents, leaf = path.split("/")
+    node = tree
+    for key in parents:
+      node = node.setdefault(key, {})
+    node[leaf] = value
+  return tree
+
+
+def _replicated(sharding):
+  """A sharding on the same devices holding the whole array (for a saved leaf of another shape)."""
+  if isinstance(sharding, jax.sharding.NamedSharding):
+    return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+  return sharding
+
+
+def restore_matching_params(
+  path,
+  init_params,
+  *,
+  step: int | None = None,
+  reinit: Sequence[str] = ("head",),
+  adapt: Adapter | None = None,
+  keep_init: Callable[[str], bool] | None = None,
+) -> tuple[Any, dict[str, list[str]]]:
+  """Pretrained params into a model that differs from the saved one (fine-tuning; module doc).
+
+  Per leaf of `init_params` (by path): saved with the same shape and dtype -> loaded; not saved -> the
+  init kept ("new": e.g. a swapped-in Primal layer's We, Wr, Lambda, query, key, combine); saved with
+  another shape -> `adapt(path, saved, shape)` if it returns an array ("adapted": e.g. a position
+  embedding resized to another image size), else the init kept if the path starts with one of `reinit`
+  ("reinitialised": the release drops a head of another class count), else a CheckpointError. Saved
+  leaves the target lacks ("unused": a softmax layer's value projection) are not read. Paths for which
+  `keep_init(path)` is True keep the init even when saved alike ("kept": the release's swapped-in Primal
+  layer draws its query and key afresh, since its fused `qk` matches no pretrained key).
+
+  Args:
+    init_params: the new model's initialised params (arrays with shardings).
+  Returns:
+    (params with the structure and shardings of `init_params`, report {"loaded", "new", "kept", "adapted",
+    "reinitialised", "unused"}: lists of leaf paths).
+  """
+  require_shardings(init_params, "init_params")
+  flat = {path_str(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(init_params)[0]}
+  kinds = ("loaded", "new", "kept", "adapted", "reinitialised", "unused")
+  report: dict[str, list[str]] = {k: [] for k in kinds}
+  with _open_params(path, step) as saved:
+    by_path = {leaf["path"]: leaf for leaf in saved.leaves}
+    report["unused"] = [p for p in by_path if p not in flat]
+    same, other = {}, {}
+    for p, leaf in flat.items():
+      old = by_path.get(p)
+      if old is None:
+        report["new"].append(p)
+      elif keep_init is not None and keep_init(p):
+        report["kept"].append(p)
+      elif (tuple(old["shape"]), old["dtype"]) == (tuple(leaf.shape), str(leaf.dtype)):
+        same[p] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+      else:
+        other[p] = jax.ShapeDtypeStruct(tuple(old["shape"]), old["dtype"], sharding=_replicated(leaf.sharding))
+    loaded = {}
+    if same or other:
+      read = saved.read(_nested({**same, **other}))
+      loaded = {path_str(p): v for p, v in jax.tree_util.tree_flatten_with_path(read)[0]}
+  out = dict(flat)
+  for p in same:
+    out[p] = loaded[p]
+    report["loaded"].append(p)
+  for p, spec in other.items():
+    target = flat[p]
+    value = adapt(p, np.asarray(loaded[p]), tuple(target.shape)) if adapt is not None else None
+    if value is not None:
+      if tuple(np.shape(value)) != tuple(target.shape):
+        raise CheckpointError(f"adapt returned shape {np.shape(value)} for {p}, expected {tuple(target.shape)}")
+      out[p] = jax.device_put(np.asarray(value, target.dtype), target.sharding)
+      report["adapted"].append(p)
+    elif any(p == r or p.startswith(r + "/") for r in reinit):
+      report["reinitialised"].append(p)
+    else:
+      raise CheckpointError(
+        f"checkpoint {saved.where}: {p} has shape {spec.shape} {spec.dtype} but the model's is "
+        f"{tuple(target.shape)} {target.dtype}, and it is neither adapted nor in reinit={tuple(reinit)}"
+      )
+  log.info("params from %s: %s", saved.where, {k: len(v) for k, v in report.items()})
+  params = jax.tree_util.tree_unflatten(jax.tree.structure(init_params), [out[p] for p in flat])
+  return params, report
