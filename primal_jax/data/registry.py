@@ -27,7 +27,7 @@ import types
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from primal_jax.data import lra_image, lra_retrieval, lra_text, text_bytes, text_words, uea
+from primal_jax.data import images, lra_image, lra_retrieval, lra_text, text_bytes, text_words, uea
 from primal_jax.data.core import InputPipeline
 from primal_jax.data.listops import make_listops_pipeline
 from primal_jax.data.pathfinder import make_pathfinder_pipeline
@@ -48,6 +48,7 @@ _BUILTIN: dict[str, PipelineFactory] = {
   "text_bytes": text_bytes.make_text_bytes_pipeline,
   "text_words": text_words.make_text_words_pipeline,
   "d4rl": make_offline_rl_pipeline,
+  "images": images.make_image_pipeline,
 }
 _FACTORIES: dict[str, PipelineFactory] = dict(_BUILTIN)
 # A read-only live view: registering goes through register_task, which checks names.

@@ -22,6 +22,7 @@ from primal_jax.models.config import TransformerConfig
 from primal_jax.models.decision_transformer import GPT2_BODY, DecisionTransformer
 from primal_jax.models.lm import CausalLM
 from primal_jax.models.timeseries import TimeSeriesClassifier, timeseries_config
+from primal_jax.models.vit import DEIT_BODY, VisionTransformer
 
 DTYPES = types.MappingProxyType({"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16})
 # Keys of the config's `model` section consumed by the builders themselves (the rest go to TransformerConfig).
@@ -140,6 +141,34 @@ def build_decision_transformer(model_config, info) -> BuiltModel:
   return BuiltModel(module, ("states", "actions", "returns_to_go", "timesteps", "mask"), task="offline_rl")
 
 
+# Keys of a ViT's model section that are the module's own, not the body's.
+_VIT_KEYS = ("patch_size", "primal_qk_on_finetune")
+
+
+def build_vit(model_config, info) -> BuiltModel:
+  """Vision Transformer (DeiT layout, `primal_jax.models.vit`): images [B, H, W, C] -> logits.
+
+  The body defaults to DeiT's (`DEIT_BODY`: LayerNorm eps 1e-6, exact GELU, timm's init, no dropout);
+  `info.image_shape` (an `ImageDatasetInfo`) gives the image size, `model.patch_size` the patch. Primal
+  layers are data-dependent with n = min(N, s * rank_multi) rows unless their options say otherwise.
+  """
+  kwargs = {k: v for k, v in _transformer_kwargs(model_config).items() if k not in _VIT_KEYS}
+  shape = getattr(info, "image_shape", None)
+  if not shape:
+    raise ValueError(f"model 'vit' needs an image task (data.task='images'); {info.name!r} has no image_shape")
+  try:
+    config = TransformerConfig(**{**DEIT_BODY, "num_classes": info.num_classes, **kwargs})
+  except TypeError as err:
+    raise ValueError(f"bad model config for 'vit': {err}") from err
+  module = VisionTransformer(
+    config,
+    image_size=tuple(shape[:2]),
+    patch_size=model_config.get("patch_size", 16),
+    primal_qk_on_finetune=model_config.get("primal_qk_on_finetune", "init"),
+  )
+  return BuiltModel(module, ("inputs",))
+
+
 MODEL_BUILDERS: types.MappingProxyType[str, Callable[..., BuiltModel]] = types.MappingProxyType(
   {
     "timeseries": build_timeseries,
@@ -147,6 +176,7 @@ MODEL_BUILDERS: types.MappingProxyType[str, Callable[..., BuiltModel]] = types.M
     "lra_dual": build_lra_dual,
     "lm": build_lm,
     "decision_transformer": build_decision_transformer,
+    "vit": build_vit,
   }
 )
 

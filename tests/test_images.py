@@ -1,0 +1,155 @@
+"""The `images` task (primal_jax.data.images), the `vit` builder and experiments/configs/vit.py, offline.
+
+A tiny image folder (PNG files written here) stands in for ImageNet-100 and Fashion-MNIST; the train loop
+runs the config's smoke variant on it, and fine-tunes Primal.+DeiT from a converted random timm DeiT
+through `config.init_from` with `init_from_mode="matching"`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+import pytest
+
+from primal_jax.convert.timm import write_params_checkpoint
+from primal_jax.convert.vit import model_from_state_dict
+from primal_jax.data import registry
+from primal_jax.data.images import ImageArrays, ImageCollate, make_image_pipeline
+from primal_jax.models.builders import build_model
+from primal_jax.models.vit import VisionTransformer
+from primal_jax.training.config_args import load_config
+from primal_jax.training.loop import train_and_evaluate
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = str(REPO / "experiments" / "configs" / "vit.py")
+TIMM_CASE = Path(__file__).resolve().parent / "data" / "timm_vit_small.npz"
+CLASSES = ("cat", "dog", "eel")
+
+
+def _write_folder(root: Path, sizes: dict[str, int], size: int = 20, seed: int = 0) -> np.ndarray:
+  """root/<split>/<class>/<i>.png RGB images of varied sizes (resized by the pipeline); returns train's pixels."""
+  from PIL import Image
+
+  rng = np.random.default_rng(seed)
+  for split, per_class in sizes.items():
+    for name in CLASSES:
+      (root / split / name).mkdir(parents=True)
+      for i in range(per_class):
+        pixels = rng.integers(0, 256, (size + i, size, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / split / name / f"{i:03d}.png")
+  return root
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+  return _write_folder(tmp_path_factory.mktemp("images"), {"train": 8, "test": 3})
+
+
+def _data(folder, **overrides):
+  data = dict(
+    task="images", dataset="image_folder", source=str(folder), image_size=16, channels=3, batch_size=8,
+    eval_batch_size=8, seed=0, val_fraction=0.25, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25),
+  )  # fmt: skip
+  data.update(overrides)
+  return ml_collections.ConfigDict(data)
+
+
+def test_image_folder_pipeline(folder):
+  from PIL import Image
+
+  p = registry.get_input_pipeline(_data(folder))
+  assert p.info.class_names == CLASSES and p.info.image_shape == (16, 16, 3) and p.info.num_classes == 3
+  assert dict(p.info.split_sizes) == {"train": 18, "validation": 6, "test": 9}  # the tail of train held out
+  batches = list(p.train_batches(0))
+  assert len(batches) == p.steps_per_epoch == 3
+  batch = batches[0]
+  assert batch["inputs"].shape == (8, 16, 16, 3) and batch["inputs"].dtype == np.float32
+  real = np.concatenate([b["index"][b["weight"] > 0] for b in batches])
+  np.testing.assert_array_equal(np.sort(real), np.arange(18))  # every training example once per epoch
+  # Pixels: PIL's bilinear resize to 16 x 16, then (x / 255 - 0.5) / 0.25; examples ordered by class, then file.
+  i = int(batch["index"][0])
+  label, k = divmod(i, 8)
+  with Image.open(folder / "train" / CLASSES[label] / f"{k:03d}.png") as image:
+    expected = np.asarray(image.convert("RGB").resize((16, 16), Image.Resampling.BILINEAR), np.float32)
+  np.testing.assert_allclose(batch["inputs"][0], (expected / 255 - 0.5) / 0.25, atol=1e-6)
+  assert batch["label"][0] == label
+  # Deterministic by seed; another epoch is another order.
+  again = next(iter(registry.get_input_pipeline(_data(folder)).train_batches(0)))
+  np.testing.assert_array_equal(again["index"], batch["index"])
+  assert not np.array_equal(next(iter(p.train_batches(1)))["index"], batch["index"])
+  gray = registry.get_input_pipeline(_data(folder, channels=1, mean=(0.5,), std=(0.5,), val_fraction=0.0))
+  assert gray.info.image_shape == (16, 16, 1) and set(gray.info.split_sizes) == {"train", "test"}
+
+
+def test_pipeline_errors(folder, tmp_path):
+  with pytest.raises(ValueError, match="data.dataset must be one of"):
+    make_image_pipeline(_data(folder, dataset="mnist"))
+  with pytest.raises(ValueError, match="no train/ folder"):
+    make_image_pipeline(_data(tmp_path))
+  with pytest.raises(ValueError, match="data.mean must be one number or 3"):
+    make_image_pipeline(_data(folder, mean=(0.5, 0.5)))
+  with pytest.raises(ValueError, match="data.channels must be 1 or 3"):
+    make_image_pipeline(_data(folder, channels=2))
+  collate = ImageCollate((2, 2, 1), (0.0,), (1.0,))
+  with pytest.raises(ValueError, match="image shape"):
+    collate([(0, {"image": np.zeros((3, 2, 1), np.uint8), "label": 0})])
+  padded = collate([(-1, None), (0, ImageArrays(np.full((1, 2, 2), 255, np.uint8), np.array([1]))[0])])
+  np.testing.assert_array_equal(padded["weight"], [0, 1])
+  np.testing.assert_array_equal(padded["inputs"][1], np.ones((2, 2, 1)))
+
+
+def test_vit_builder_and_config(folder):
+  config = load_config(f"{CONFIG}:model=primal_plus,smoke")
+  info = make_image_pipeline(_data(folder)).info
+  built = build_model(config.model, info)
+  module = built.module
+  assert isinstance(module, VisionTransformer) and built.input_keys == ("inputs",)
+  assert module.image_size == (16, 16) and module.patch_size == 4 and module.config.num_classes == 3
+  assert module.config.layer_names == ("softmax", "primal") and module.config.layer_norm_eps == 1e-6
+  assert module.config.layers[1].kwargs["init_style"] == "torch"
+  full = load_config(f"{CONFIG}:model=deit")
+  assert (full.model.dim, full.model.num_heads, full.model.patch_size, full.ksvd.eta) == (384, 6, 16, 0.0)
+  assert full.optimizer.learning_rate == pytest.approx(1e-3)  # 5e-4 x 1024 / 512
+  short = load_config(f"{CONFIG}:model=primal_plus,short")
+  assert (short.data.dataset, short.model.layers[-1], short.ksvd.spec, short.test_eval) == (
+    "fashion_mnist", "primal", "release_lra", "best_validation"
+  )  # fmt: skip
+  with pytest.raises(ValueError, match="needs an image task"):
+    build_model(config.model, registry.get_input_pipeline(_data(folder)).info.__class__.__bases__[0](**{
+      k: getattr(info, k) for k in ("name", "num_classes", "num_features", "seq_len", "max_length", "split_sizes",
+                                    "class_names")
+    }))  # fmt: skip
+
+
+def _smoke_config(folder, **model):
+  config = load_config(f"{CONFIG}:model=primal_plus,smoke")
+  config.data.update(source=str(folder), image_size=16, val_fraction=0.25)
+  config.test_eval = "best_validation"
+  config.model.update(model)
+  return config
+
+
+@pytest.mark.slow  # ~40 s on 2 shared CPU cores (compiles)
+def test_smoke_training_run(folder, tmp_path):
+  summary = train_and_evaluate(_smoke_config(folder), tmp_path / "run", print_fn=lambda _: None)
+  assert summary["steps"] == 4 and 0.0 <= summary["test_at_best_validation"]["accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+def test_finetune_from_converted_timm_deit(tmp_path):
+  """init_from a converted random timm DeiT (32 x 32 RGB, patch 8, width 48, 3 heads, 5 classes) into
+  Primal.+DeiT on a 3-class folder: the run starts from the DeiT's blocks, the head re-initialised."""
+  z = np.load(TIMM_CASE)
+  sd = {str(k): z[str(k)] for k in z["param_keys"]}
+  _, params = model_from_state_dict(sd, json.loads(str(z["config_json"]))["num_heads"])
+  pretrained = write_params_checkpoint(params, tmp_path / "deit")
+  folder = _write_folder(tmp_path / "images", {"train": 4, "test": 2}, size=32)
+  config = _smoke_config(folder, patch_size=8, dim=48, num_heads=3, hidden_dim=192)
+  config.data.image_size = 32
+  config.init_from, config.init_from_mode = str(pretrained), "matching"
+  logs = []
+  train_and_evaluate(config, tmp_path / "run", print_fn=logs.append)
+  assert any("where they match" in line and "2 reinitialised" in line for line in logs), logs[:3]
