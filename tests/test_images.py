@@ -133,9 +133,21 @@ def _smoke_config(folder, **model):
 
 
 @pytest.mark.slow  # ~40 s on 2 shared CPU cores (compiles)
-def test_smoke_training_run(folder, tmp_path):
+def test_smoke_training_run_and_its_spectrum(folder, tmp_path):
+  """The train loop on the smoke config, then Figure 1's tool on the run: the softmax block's attention and the
+  Primal block's induced kernel over the N = 17 tokens, per layer."""
+  from experiments.spectrum import analyze
+
   summary = train_and_evaluate(_smoke_config(folder), tmp_path / "run", print_fn=lambda _: None)
   assert summary["steps"] == 4 and 0.0 <= summary["test_at_best_validation"]["accuracy"] <= 1.0
+  result = analyze([str(tmp_path / "run")], tmp_path / "spectrum", num_examples=3, print_fn=lambda _: None)
+  layers = {layer["name"]: layer for layer in result["runs"][0]["layers"]}
+  assert {name: layer["kind"] for name, layer in layers.items()} == {
+    "encoder/block_0/attention": "softmax",
+    "encoder/block_1/attention": "primal",
+  }
+  assert all(layer["length"]["max"] == 17 for layer in layers.values())
+  assert (tmp_path / "spectrum" / "explained_variance.png").is_file()
 
 
 @pytest.mark.slow
