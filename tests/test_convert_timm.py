@@ -130,3 +130,17 @@ def test_timm_command_errors(tmp_path, capsys):
     assert "error:" in err and message in err, err
   with pytest.raises(SystemExit):
     cli.main(["timm", "x.pth", "out"])  # --model is required
+
+
+def test_pth_without_torch_says_what_to_do(tmp_path, capsys):
+  """Reading a torch checkpoint needs torch (not a test dependency): one clear line, not a traceback."""
+  try:
+    import torch  # noqa: F401
+
+    pytest.skip("torch is installed here")
+  except ImportError:
+    pass
+  (tmp_path / "deit.pth").write_bytes(b"PK\x03\x04 not read")
+  assert cli.main(["timm", str(tmp_path / "deit.pth"), str(tmp_path / "out"), "--model=deit_small_patch16_224"]) == 1
+  err = capsys.readouterr().err
+  assert "needs torch" in err and ".npz" in err and "Traceback" not in err
