@@ -84,6 +84,29 @@ def test_image_folder_pipeline(folder):
   assert gray.info.image_shape == (16, 16, 1) and set(gray.info.split_sizes) == {"train", "test"}
 
 
+def test_imagenet100_and_centre_crop(tmp_path):
+  """imagenet100 keeps CMC's 100 classes of an ImageNet-style folder (val/ read as test), labels by sorted wnid;
+  crop_pct < 1 resizes the shorter side to size / crop_pct and crops the centre."""
+  from PIL import Image
+
+  from primal_jax.data.images import IMAGENET_100_CLASSES
+
+  rng = np.random.default_rng(1)
+  for split in ("train", "val"):
+    for wnid in (*IMAGENET_100_CLASSES, "n01440764"):  # tench: not one of the 100
+      (tmp_path / split / wnid).mkdir(parents=True)
+      Image.fromarray(rng.integers(0, 256, (20, 40, 3), dtype=np.uint8)).save(tmp_path / split / wnid / "a.png")
+  data = _data(tmp_path, dataset="imagenet100", image_size=8, crop_pct=0.5, val_fraction=0.0)
+  p = make_image_pipeline(data)
+  assert p.info.num_classes == 100 and p.info.class_names == tuple(sorted(IMAGENET_100_CLASSES))
+  assert dict(p.info.split_sizes) == {"train": 100, "test": 100}
+  example = p.sources["test"][3]
+  with Image.open(tmp_path / "val" / sorted(IMAGENET_100_CLASSES)[3] / "a.png") as image:
+    expected = np.asarray(image.resize((32, 16), Image.Resampling.BICUBIC).crop((12, 4, 20, 12)))
+  np.testing.assert_array_equal(example["image"], expected)
+  assert example["label"] == 3
+
+
 def test_pipeline_errors(folder, tmp_path):
   with pytest.raises(ValueError, match="data.dataset must be one of"):
     make_image_pipeline(_data(folder, dataset="mnist"))
@@ -93,6 +116,10 @@ def test_pipeline_errors(folder, tmp_path):
     make_image_pipeline(_data(folder, mean=(0.5, 0.5)))
   with pytest.raises(ValueError, match="data.channels must be 1 or 3"):
     make_image_pipeline(_data(folder, channels=2))
+  with pytest.raises(ValueError, match="data.crop_pct"):
+    make_image_pipeline(_data(folder, crop_pct=0.0))
+  with pytest.raises(ValueError, match="no sub-folder 'n"):
+    make_image_pipeline(_data(folder, dataset="imagenet100"))
   collate = ImageCollate((2, 2, 1), (0.0,), (1.0,))
   with pytest.raises(ValueError, match="image shape"):
     collate([(0, {"image": np.zeros((3, 2, 1), np.uint8), "label": 0})])
@@ -126,8 +153,8 @@ def test_vit_builder_and_config(folder):
 
 def _smoke_config(folder, **model):
   config = load_config(f"{CONFIG}:model=primal_plus,smoke")
-  config.data.update(source=str(folder), image_size=16, val_fraction=0.25)
-  config.test_eval = "best_validation"
+  config.data.update(dataset="image_folder", source=str(folder), image_size=16, crop_pct=1.0, val_fraction=0.25)
+  config.test_eval, config.best_metric = "best_validation", "validation/accuracy"
   config.model.update(model)
   return config
 

@@ -5,9 +5,13 @@ Datasets (`data.dataset`):
                  (`fashion_mnist`, as LRA Image uses it); `data.source` may name a directory of its idx files.
   cifar10, cifar100  the TFDS catalog (`tfds.data_source` via `lra_catalog.catalog_splits`; prepared under
                  `data.data_dir`, which needs the network and TensorFlow once).
-  image_folder   `data.source` holds train/ and test/ (and optionally validation/), each with one
-                 sub-folder per class (the sub-folder names, sorted, are the classes); every image is read
-                 with Pillow, converted to `data.channels` (1 or 3) and resized to `data.image_size`.
+  image_folder   `data.source` holds train/ and test/ (or ImageNet's val/, read as test) and optionally
+                 validation/, each with one sub-folder per class (the train sub-folder names, sorted, are the
+                 classes). Images are read lazily with Pillow, converted to `data.channels` (1 or 3) and
+                 brought to `data.image_size`: resized, or with `data.crop_pct` < 1 the shorter side resized
+                 to size / crop_pct (bicubic) and the centre cropped (DeiT's evaluation: 0.875).
+  imagenet100    an ImageNet-1k folder (train/, val/) read as image_folder but restricted to the 100 classes
+                 of `IMAGENET_100_CLASSES` (CMC's list, the paper's ImageNet-100).
 Without a validation split, the tail `data.val_fraction` of train is held out (LRA's rule), so model
 selection never looks at test. Pixels become (x / 255 - mean) / std per channel (`data.mean`, `data.std`:
 0.5 by default; DeiT's ImageNet values are (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225)).
@@ -32,9 +36,23 @@ from primal_jax.data.lra_catalog import catalog_splits, holdout_tail
 from primal_jax.data.lra_image import CIFAR10_CLASSES
 from primal_jax.data.pipeline import PAD_INDEX, Example
 
-DATASETS = ("fashion_mnist", "cifar10", "cifar100", "image_folder")
+DATASETS = ("fashion_mnist", "cifar10", "cifar100", "image_folder", "imagenet100")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 DEFAULT_VAL_FRACTION = 0.1
+# ImageNet-100: the 100 ImageNet-1k classes of CMC (Tian et al., 2020; github.com/HobbitLong/CMC imagenet100.txt),
+# the subset the Primal-Attention paper's Table 5 uses. Labels follow the sorted wnids (torchvision's ImageFolder).
+IMAGENET_100_CLASSES = (
+  "n02869837 n01749939 n02488291 n02107142 n13037406 n02091831 n04517823 n04589890 n03062245 n01773797 "
+  "n01735189 n07831146 n07753275 n03085013 n04485082 n02105505 n01983481 n02788148 n03530642 n04435653 "
+  "n02086910 n02859443 n13040303 n03594734 n02085620 n02099849 n01558993 n04493381 n02109047 n04111531 "
+  "n02877765 n04429376 n02009229 n01978455 n02106550 n01820546 n01692333 n07714571 n02974003 n02114855 "
+  "n03785016 n03764736 n03775546 n02087046 n07836838 n04099969 n04592741 n03891251 n02701002 n03379051 "
+  "n02259212 n07715103 n03947888 n04026417 n02326432 n03637318 n01980166 n02113799 n02086240 n03903868 "
+  "n02483362 n04127249 n02089973 n03017168 n02093428 n02804414 n02396427 n04418357 n02172182 n01729322 "
+  "n02113978 n03787032 n02089867 n02119022 n03777754 n04238763 n02231487 n03032252 n02138441 n02104029 "
+  "n03837869 n03494278 n04136333 n03794056 n03492542 n02018207 n04067472 n03930630 n03584829 n02123045 "
+  "n04229816 n02100583 n03642806 n04336792 n03259280 n02116738 n02108089 n03424325 n01855672 n02090622"
+).split()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,24 +100,52 @@ class CatalogImages(Sequence):
     return {"image": np.asarray(example["image"], np.uint8), "label": int(example["label"]), "index": i}
 
 
-def read_image_folder(directory: Path, classes: Sequence[str], size: int, channels: int) -> ImageArrays:
-  """Every image under `directory/<class>/`, as uint8 [n, size, size, channels] (sorted paths, so reproducible)."""
-  from PIL import Image
+@dataclasses.dataclass(frozen=True, eq=False)
+class ImageFiles(Sequence):
+  """Examples of image files read lazily with Pillow: converted to `channels` (1 or 3), the shorter side resized
+  (bicubic) to round(size / crop_pct), then the centre size x size cropped (crop_pct 1: the whole image, squashed
+  to a square is avoided only when it already is one; DeiT's evaluation uses 0.875)."""
 
-  mode = {1: "L", 3: "RGB"}[channels]
-  images, labels = [], []
+  paths: tuple[Path, ...]
+  labels: np.ndarray
+  size: int
+  channels: int = 3
+  crop_pct: float = 1.0
+
+  def __len__(self) -> int:
+    return len(self.paths)
+
+  def __getitem__(self, i):
+    from PIL import Image
+
+    i = int(i)
+    with Image.open(self.paths[i]) as image:
+      image = image.convert({1: "L", 3: "RGB"}[self.channels])
+      if self.crop_pct >= 1.0:
+        image = image.resize((self.size, self.size), Image.Resampling.BILINEAR)
+      else:
+        scale = round(self.size / self.crop_pct) / min(image.size)
+        w, h = max(self.size, round(image.size[0] * scale)), max(self.size, round(image.size[1] * scale))
+        image = image.resize((w, h), Image.Resampling.BICUBIC)
+        left, top = (w - self.size) // 2, (h - self.size) // 2
+        image = image.crop((left, top, left + self.size, top + self.size))
+      pixels = np.asarray(image, np.uint8).reshape(self.size, self.size, self.channels)
+    return {"image": pixels, "label": int(self.labels[i]), "index": i}
+
+
+def image_files(directory: Path, classes: Sequence[str], **options) -> ImageFiles:
+  """The images under `directory/<class>/` (label = position in `classes`), in sorted order so reproducible."""
+  paths, labels = [], []
   for label, name in enumerate(classes):
     folder = directory / name
     if not folder.is_dir():
       raise ValueError(f"{directory} has no sub-folder {name!r} (the classes come from the train folder)")
-    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
-      with Image.open(path) as image:
-        image = image.convert(mode).resize((size, size), Image.Resampling.BILINEAR)
-        images.append(np.asarray(image, np.uint8).reshape(size, size, channels))
-      labels.append(label)
-  if not images:
+    found = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    paths += found
+    labels += [label] * len(found)
+  if not paths:
     raise ValueError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {directory}")
-  return ImageArrays(np.stack(images), np.asarray(labels, np.int64))
+  return ImageFiles(tuple(paths), np.asarray(labels, np.int64), **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,19 +200,32 @@ def _splits(data_config) -> tuple[str, dict[str, Sequence[Example]], tuple[str, 
     sources = catalog_splits(dataset, ("train", "test"), data_dir, download=config_get(data_config, "download", True))
     classes = CIFAR10_CLASSES if dataset == "cifar10" else tuple(f"class_{i}" for i in range(100))
     return dataset, {k: CatalogImages(v) for k, v in sources.items()}, classes
-  if dataset == "image_folder":
+  if dataset in ("image_folder", "imagenet100"):
     if not source:
-      raise ValueError("data.source must name the image folder (train/ and test/, one sub-folder per class)")
+      raise ValueError("data.source must name the image folder (train/ and test/ or val/, a sub-folder per class)")
     root = Path(source).expanduser()
     if not (root / "train").is_dir():
       raise ValueError(f"data.source {root} has no train/ folder")
-    classes = tuple(sorted(p.name for p in (root / "train").iterdir() if p.is_dir()))
-    size = check_positive_int(config_get(data_config, "image_size", 32), "image_size")
+    if dataset == "imagenet100":
+      classes = tuple(sorted(IMAGENET_100_CLASSES))  # torchvision ImageFolder's order, as the release's loader
+    else:
+      classes = tuple(sorted(p.name for p in (root / "train").iterdir() if p.is_dir()))
     channels = config_get(data_config, "channels", 3)
     if channels not in (1, 3):
       raise ValueError(f"data.channels must be 1 or 3, got {channels!r}")
-    names = [s for s in ("train", "validation", "test") if (root / s).is_dir()]
-    return "image_folder", {s: read_image_folder(root / s, classes, size, channels) for s in names}, classes
+    crop_pct = float(config_get(data_config, "crop_pct", 1.0))
+    if not 0.0 < crop_pct <= 1.0:
+      raise ValueError(f"data.crop_pct must be in (0, 1], got {crop_pct!r}")
+    size = check_positive_int(config_get(data_config, "image_size", 32), "image_size")
+    folders = {"train": "train", "validation": "validation", "test": "test"}
+    if not (root / "test").is_dir() and (root / "val").is_dir():
+      folders["test"] = "val"  # ImageNet's val/: the split the paper reports
+    splits = {
+      split: image_files(root / folder, classes, size=size, channels=channels, crop_pct=crop_pct)
+      for split, folder in folders.items()
+      if (root / folder).is_dir()
+    }
+    return dataset, splits, classes
   raise ValueError(f"data.dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
 
 
