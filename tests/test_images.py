@@ -192,3 +192,38 @@ def test_finetune_from_converted_timm_deit(tmp_path):
   logs = []
   train_and_evaluate(config, tmp_path / "run", print_fn=logs.append)
   assert any("where they match" in line and "2 reinitialised" in line for line in logs), logs[:3]
+
+
+@pytest.mark.slow
+def test_pretrained_weights_as_a_run_for_figure_1(tmp_path):
+  """write_initial_run (experiments/pretrained_run.py) makes a workdir of a converted DeiT, restored exactly
+  (the folder has the checkpoint's 5 classes); the spectrum tool then reads it like any trained run."""
+  import jax
+
+  from experiments.spectrum import analyze
+  from primal_jax.training.experiment import load_run_config, load_state, write_initial_run
+
+  z = np.load(TIMM_CASE)
+  sd = {str(k): z[str(k)] for k in z["param_keys"]}
+  _, params = model_from_state_dict(sd, json.loads(str(z["config_json"]))["num_heads"])
+  pretrained = write_params_checkpoint(params, tmp_path / "deit")
+  from PIL import Image
+
+  folder, rng = tmp_path / "images", np.random.default_rng(2)
+  for split in ("train", "test"):
+    for c in range(5):  # one image per class, 5 classes as the checkpoint's head
+      (folder / split / f"c{c}").mkdir(parents=True)
+      Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / split / f"c{c}" / "a.png")
+  config = load_config(f"{CONFIG}:model=deit,smoke")
+  config.data.update(dataset="image_folder", source=str(folder), image_size=32, crop_pct=1.0)
+  config.model.update(patch_size=8, dim=48, num_heads=3, hidden_dim=192, drop_path_rate=0.0)
+  config.init_from = str(pretrained)
+  origin = write_initial_run(config, tmp_path / "run")
+  assert origin == f"params initialised from {pretrained}"
+  _, state = load_state(load_run_config(tmp_path / "run"), tmp_path / "run")
+  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(params), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), b)
+  result = analyze([str(tmp_path / "run")], tmp_path / "spectrum", num_examples=2, print_fn=lambda _: None)
+  assert [layer["kind"] for layer in result["runs"][0]["layers"]] == ["softmax", "softmax"]
+  with pytest.raises(ValueError, match="already holds a run"):
+    write_initial_run(config, tmp_path / "run")

@@ -27,6 +27,7 @@ Fine-tuning from pretrained DeiT weights (convert them with `python -m primal_ja
 deit_small_patch16_224-cd65a155.pth /tmp/deit_s --model=deit_small_patch16_224`):
   --config.init_from=/tmp/deit_s --config.init_from_mode=matching
 (every block loaded except the Primal layer's own parameters, the head re-initialised for 100 classes).
+Figure 1 on the pretrained DeiT-S itself (ImageNet val/ images): the commands in experiments/pretrained_run.py.
 
 `short` (Fashion-MNIST, offline: 28 x 28 grayscale, patches 4 x 4 -> 49 + 1 tokens; 54,000 / 6,000 / 10,000
 train / validation / test): a 4-block ViT of width 64 (4 heads, MLP 128), s = 8, rank_multi 10 (n = 50,

@@ -128,6 +128,26 @@ def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainSt
   return state, "initialised from scratch"
 
 
+def write_initial_run(config, workdir: str | Path) -> str:
+  """A run workdir (`config.json` and a step-0 checkpoint) holding `config`'s initial state, without training.
+
+  With `config.init_from` (a converted pretrained checkpoint, `python -m primal_jax.convert timm`) the state is
+  those weights, so tools that read runs (`experiments.spectrum`, `evaluate(*load_state(...))`) analyse
+  pretrained models as they analyse trained ones. Returns where the params came from.
+  """
+  from primal_jax.training.metrics import MetricWriter
+
+  workdir = Path(workdir)
+  experiment = build_experiment(config)
+  with Checkpointer(workdir / WORKDIR_SUBDIR, max_to_keep=None, async_save=False) as ckpt:
+    if ckpt.latest_step() is not None:
+      raise ValueError(f"workdir {workdir} already holds a run (step {ckpt.latest_step()}); choose a new directory")
+    state, origin = restore_or_init(experiment, ckpt)
+    ckpt.save(0, state, force=True)
+  MetricWriter(workdir, is_primary=jax.process_index() == 0, tensorboard=False).write_config(config.to_dict())
+  return origin
+
+
 def load_run_config(workdir: str | Path, data_dir: str | None = None):
   """The ConfigDict a run saved in `<workdir>/config.json` (`data.data_dir` replaced when given)."""
   import json
