@@ -65,6 +65,10 @@ class InputPipeline:
   process_index: int = 0
   process_count: int = 1
   collate: Any = None  # examples -> batch; default `Collate(seq_len, num_features)`
+  # Training-time augmentation: augment(example, rng) -> example, rng a NumPy Generator seeded by
+  # (seed, epoch, example index), so an example's augmentation depends on nothing else (batch, host count,
+  # resumption). Evaluation splits are never augmented.
+  augment: Any = None
 
   def __post_init__(self) -> None:
     pipeline.local_batch_size(self.batch_size, self.process_count)  # validates divisibility
@@ -89,11 +93,16 @@ class InputPipeline:
       raise ValueError(f"split must be one of {', '.join(self.sources)}, got {split!r}")
     return self.sources[split]
 
-  def _batches(self, split: str, order: np.ndarray, global_batch: int) -> Iterator[dict[str, np.ndarray]]:
+  def _batches(
+    self, split: str, order: np.ndarray, global_batch: int, epoch: int | None = None
+  ) -> Iterator[dict[str, np.ndarray]]:
     rows = pipeline.host_rows(order, global_batch, self.process_index, self.process_count)
     local = pipeline.local_batch_size(global_batch, self.process_count)
     collate = self.collate or Collate(self.info.seq_len, self.info.num_features)
-    yield from pipeline.iterate(pipeline.batch_dataset(self._source(split), rows, local, collate, self.transform))
+    source = self._source(split)
+    if epoch is not None and self.augment is not None:
+      source = Augmented(source, self.augment, self.seed, epoch)
+    yield from pipeline.iterate(pipeline.batch_dataset(source, rows, local, collate, self.transform))
 
   def train_batches(self, epoch: int, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """The `steps_per_epoch` local batches of training epoch `epoch`, each example exactly once.
@@ -104,12 +113,29 @@ class InputPipeline:
     if isinstance(start, bool) or not isinstance(start, int | np.integer) or not 0 <= start <= self.steps_per_epoch:
       raise ValueError(f"start must be an integer in [0, steps_per_epoch={self.steps_per_epoch}], got {start!r}")
     order = pipeline.train_order(len(self.sources["train"]), self.batch_size, seed=self.seed, epoch=epoch)
-    return self._batches("train", order[int(start) * self.batch_size :], self.batch_size)
+    return self._batches("train", order[int(start) * self.batch_size :], self.batch_size, epoch=int(epoch))
 
   def eval_batches(self, split: str) -> Iterator[dict[str, np.ndarray]]:
     """The `num_eval_batches(split)` local batches of `split`, in file order, each example exactly once."""
     order = pipeline.eval_order(len(self._source(split)), self.eval_batch_size)
     return self._batches(split, order, self.eval_batch_size)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Augmented(Sequence):
+  """`source` with `augment(example, rng)` applied, rng = Generator(PCG64([seed, epoch, position]))."""
+
+  source: Sequence[Example]
+  augment: Any
+  seed: int
+  epoch: int
+
+  def __len__(self) -> int:
+    return len(self.source)
+
+  def __getitem__(self, i):
+    i = int(i)
+    return self.augment(self.source[i], np.random.default_rng([self.seed, self.epoch, i]))
 
 
 @dataclasses.dataclass(frozen=True)

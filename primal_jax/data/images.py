@@ -15,8 +15,8 @@ Datasets (`data.dataset`):
 Without a validation split, the tail `data.val_fraction` of train is held out (LRA's rule), so model
 selection never looks at test. Pixels become (x / 255 - mean) / std per channel (`data.mean`, `data.std`:
 0.5 by default; DeiT's ImageNet values are (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225)).
-DeiT's augmentations (random resized crop, flip, RandAugment, Mixup/CutMix, random erasing) are not
-applied here yet: the images arrive as stored.
+Training images may be augmented (`data.augment`: random resized crop, flip, random erasing; all off by
+default; `image_augment`), deterministically per (seed, epoch, example).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import numpy as np
 from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get
 from primal_jax.data.core import DatasetInfo, InputPipeline
 from primal_jax.data.fashion_mnist import FASHION_MNIST_CLASSES, fetch_fashion_mnist, load_fashion_mnist
+from primal_jax.data.image_augment import image_augment
 from primal_jax.data.lra_catalog import catalog_splits, holdout_tail
 from primal_jax.data.lra_image import CIFAR10_CLASSES
 from primal_jax.data.pipeline import PAD_INDEX, Example
@@ -258,4 +259,5 @@ def make_image_pipeline(data_config: Any, *, process_index: int = 0, process_cou
     process_index=process_index,
     process_count=process_count,
     collate=ImageCollate(shape, mean, std),
+    augment=image_augment(config_get(data_config, "augment", None)),
   )
