@@ -87,8 +87,8 @@ def test_decode_model_name():
       convert_timm.decode_model_name(bad)
 
 
-def _tiny_state_dict(depth=1):
-  """deit_tiny's width and heads (192, 3) on 32 x 32 images with patch 16 (5 tokens): a small, named-size file."""
+def _tiny_state_dict(depth=12):
+  """deit_tiny's sizes (12 blocks of width 192, 3 heads) on 32 x 32 images with patch 16 (5 tokens)."""
   sd = vref.random_state_dict(
     np.random.default_rng(5), dim=192, depth=depth, heads=3, patch=16, channels=3, tokens=5, classes=4, s=2,
     rank_multi=2, num_primal=0,
@@ -103,7 +103,7 @@ def test_timm_command_writes_a_checkpoint_restore_params_reads(tmp_path, capsys)
   assert cli.main(["timm", str(tmp_path / "deit.npz"), str(out), "--model=deit_tiny_patch16_32"]) == 0
   assert "wrote" in capsys.readouterr().out
   described = json.loads((out / convert_timm.MODEL_FILE).read_text())
-  assert described["variant"] == "Ti/16" and described["layers"] == ["softmax"] and described["num_classes"] == 4
+  assert described["variant"] == "Ti/16" and described["layers"] == ["softmax"] * 12 and described["num_classes"] == 4
   model, params = model_from_state_dict(sd, 3)
   target = jax.tree.map(jnp.zeros_like, params)
   restored = Checkpointer.restore_params(out, target)
@@ -124,6 +124,10 @@ def test_timm_command_errors(tmp_path, capsys):
   (tmp_path / "c").mkdir()
   (tmp_path / "c" / "x").write_text("taken")
   cases.append((["timm", str(tmp_path / "deit.npz"), str(tmp_path / "c"), "--model=deit_tiny_patch16_32"], "not empty"))
+  np.savez(tmp_path / "shallow.npz", **_tiny_state_dict(depth=2))
+  cases.append(
+    (["timm", str(tmp_path / "shallow.npz"), str(tmp_path / "d"), "--model=deit_tiny_patch16_32"], "depth 12")
+  )
   for argv, message in cases:
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
@@ -144,3 +148,14 @@ def test_pth_without_torch_says_what_to_do(tmp_path, capsys):
   assert cli.main(["timm", str(tmp_path / "deit.pth"), str(tmp_path / "out"), "--model=deit_small_patch16_224"]) == 1
   err = capsys.readouterr().err
   assert "needs torch" in err and ".npz" in err and "Traceback" not in err
+
+
+def test_headless_checkpoint_converts_for_fine_tuning(tmp_path):
+  """A state_dict without a head (timm num_classes=0) converts; fine-tuning initialises the head."""
+  from primal_jax.convert.vit import vit_params
+
+  sd = {k: v for k, v in _tiny_state_dict(depth=1).items() if not k.startswith("head.")}
+  params, _, sizes = vit_params(sd, 3)
+  assert "head" not in params and sizes["num_classes"] == 0
+  with pytest.raises(ValueError, match="no head"):
+    model_from_state_dict(sd, 3)

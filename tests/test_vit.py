@@ -147,3 +147,10 @@ def test_resize_pos_embed():
   np.testing.assert_array_equal(bigger[:, 0], pos[:, 0])
   with pytest.raises(ValueError, match="square"):
     resize_pos_embed(pos, 20)
+
+
+def test_rectangular_images_and_patches():
+  model = VisionTransformer(vit_config("S/4", **dict(SMALL, num_layers=1)), image_size=(8, 24), patch_size=(4, 8))
+  assert model.grid == (2, 3) and model.num_tokens == 7
+  params = _init(model, jnp.zeros((1, 8, 24, 3)))
+  assert params["patch_embed"]["kernel"].shape == (4, 8, 3, 24) and params["pos_embed"].shape == (1, 7, 24)

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from primal_jax.convert.vit import vit_params
-from primal_jax.models.vit import VARIANTS
+from primal_jax.models.vit import DEPTH, VARIANTS
 
 MODEL_NAME = re.compile(r"(deit|vit)_(tiny|small|base)_patch(\d+)_(\d+)(\..+)?")
 SIZE_NAMES = {"tiny": "Ti", "small": "S", "base": "B"}
@@ -80,9 +80,10 @@ def convert_state_dict(state_dict, model: str) -> tuple[dict, dict]:
   """(params, model description) of a timm state_dict named `model`; sizes checked against the name."""
   named = decode_model_name(model)
   params, layers, sizes = vit_params(state_dict, named["num_heads"])
-  for key in ("dim", "patch_size"):
-    if sizes[key] != named[key]:
-      raise ValueError(f"--model={model} means {key} {named[key]}, but the checkpoint has {sizes[key]}")
+  found = {**sizes, "depth": len(layers)}
+  for key, expected in (("dim", named["dim"]), ("patch_size", named["patch_size"]), ("depth", DEPTH)):
+    if found[key] != expected:
+      raise ValueError(f"--model={model} means {key} {expected}, but the checkpoint has {found[key]}")
   description = {
     **named,
     "num_layers": len(layers),

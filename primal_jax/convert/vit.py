@@ -100,7 +100,8 @@ def vit_params(state_dict, num_heads: int) -> tuple[dict, tuple, dict]:
     num_heads: H (the fused projections do not carry it; Primal blocks' `we` must agree).
   Returns:
     params; layers ("softmax" or the Primal entry with its s and n); sizes {"dim", "hidden_dim",
-    "patch_size", "channels", "num_tokens", "num_classes", "image_size" (None unless the grid is square)}.
+    "patch_size", "channels", "num_tokens", "num_classes" (0 without a head: its params then have no "head",
+    which fine-tuning initialises), "image_size" (None unless the grid is square)}.
   """
   check_keys(state_dict)
   blocks, layers = {}, []
@@ -127,8 +128,9 @@ def vit_params(state_dict, num_heads: int) -> tuple[dict, tuple, dict]:
     "cls_token": _get(state_dict, "cls_token"),
     "pos_embed": pos,
     "encoder": blocks,
-    "head": dense(state_dict, "head"),
   }
+  if "head.weight" in state_dict:  # a headless checkpoint (num_classes=0, e.g. self-supervised) has none
+    params["head"] = dense(state_dict, "head")
   grid = math.isqrt(pos.shape[1] - 1)
   sizes = {
     "dim": conv.shape[0],
@@ -136,7 +138,7 @@ def vit_params(state_dict, num_heads: int) -> tuple[dict, tuple, dict]:
     "patch_size": conv.shape[2],
     "channels": conv.shape[1],
     "num_tokens": pos.shape[1],
-    "num_classes": params["head"]["kernel"].shape[1],
+    "num_classes": params["head"]["kernel"].shape[1] if "head" in params else 0,
     "image_size": grid * conv.shape[2] if grid * grid == pos.shape[1] - 1 else None,
   }
   return params, tuple(layers), sizes
@@ -147,6 +149,8 @@ def model_from_state_dict(state_dict, num_heads: int, *, drop_path_rate: float =
   params, layers, sizes = vit_params(state_dict, num_heads)
   if sizes["image_size"] is None:
     raise ValueError(f"pos_embed has {sizes['num_tokens'] - 1} patch rows: not a square grid")
+  if not sizes["num_classes"]:
+    raise ValueError("the state_dict has no head (num_classes=0): it can be fine-tuned from, not run as is")
   fields = dict(
     layers=layers,
     dim=sizes["dim"],

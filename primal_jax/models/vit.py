@@ -154,23 +154,23 @@ class VisionTransformer(nn.Module):
   Attributes:
     config: the body (`vit_config`); `config.dim` is D, `config.num_classes` the head's outputs.
     image_size: H (= W) or (H, W); the position embedding has (H/P)(W/P) + 1 rows.
-    patch_size: P; H and W must be multiples of it.
+    patch_size: P or (P_h, P_w); H and W must be multiples of it.
     primal_qk_on_finetune: "init" (the release) or "pretrained", see `keep_init_on_finetune`.
   """
 
   config: TransformerConfig
   image_size: int | tuple[int, int] = 224
-  patch_size: int = 16
+  patch_size: int | tuple[int, int] = 16
   # Fine-tuning from a softmax checkpoint (`keep_init_on_finetune`): the Primal layers' query and key are
   # drawn afresh as in the release ("init"), or taken from the pretrained layer's q and k ("pretrained").
   primal_qk_on_finetune: str = "init"
 
   @property
   def grid(self) -> tuple[int, int]:
-    (h, w), (p, _) = _pair(self.image_size, "image_size"), _pair(self.patch_size, "patch_size")
-    if h % p or w % p:
-      raise ValueError(f"image_size {(h, w)} must be a multiple of patch_size {p}")
-    return h // p, w // p
+    (h, w), (ph, pw) = _pair(self.image_size, "image_size"), _pair(self.patch_size, "patch_size")
+    if h % ph or w % pw:
+      raise ValueError(f"image_size {(h, w)} must be a multiple of patch_size {(ph, pw)}")
+    return h // ph, w // pw
 
   @property
   def num_tokens(self) -> int:
@@ -181,16 +181,16 @@ class VisionTransformer(nn.Module):
   @nn.compact
   def __call__(self, images: jax.Array, deterministic: bool = True) -> jax.Array:
     cfg = with_token_count(self.config, self.num_tokens)
-    size, p = _pair(self.image_size, "image_size"), self.patch_size
+    size, (ph, pw) = _pair(self.image_size, "image_size"), _pair(self.patch_size, "patch_size")
     if images.ndim != 4 or tuple(images.shape[1:3]) != size:
       raise ValueError(f"images must have shape [batch, {size[0]}, {size[1]}, channels], got {tuple(images.shape)}")
     channels = images.shape[-1]
     # The patch embedding keeps PyTorch's Conv2d default init in timm (its ViT init only visits Linears).
-    kernel_init, bias_init = linear_inits("torch" if cfg.init_style == "gpt2" else cfg.init_style, p * p * channels)
+    kernel_init, bias_init = linear_inits("torch" if cfg.init_style == "gpt2" else cfg.init_style, ph * pw * channels)
     x = nn.Conv(
       cfg.dim,
-      (p, p),
-      strides=(p, p),
+      (ph, pw),
+      strides=(ph, pw),
       padding="VALID",
       dtype=cfg.dtype,
       param_dtype=cfg.param_dtype,
