@@ -54,6 +54,12 @@ def _init(model, image_size, seed=0):
   return nn.unbox(jax.jit(model.init)(jax.random.key(seed), jnp.zeros((1, image_size, image_size, 3)))["params"])
 
 
+def _zeros(model, image_size):
+  """Params of `model` as zeros, shaped by tracing its init (no compile): enough where values do not matter."""
+  shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)))["params"]
+  return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), nn.unbox(shapes))
+
+
 def _flat(tree):
   return {
     jax.tree_util.keystr(p, simple=True, separator="/"): np.asarray(v) for p, v in jax.tree.leaves_with_path(tree)
@@ -107,13 +113,21 @@ def test_other_classes_and_image_size(pretrained):
   """10 classes at 48 x 48: the head re-initialised, the position embedding resized (class row kept)."""
   _, deit_params, out = pretrained
   model = _primal_plus(image_size=48, num_classes=10)
-  init = _init(model, 48)
+  init = _zeros(model, 48)
   params, report = restore_matching_params(out, init, adapt=VisionTransformer.adapt_pretrained)
   assert set(report["reinitialised"]) == {"head/kernel", "head/bias"}
   assert report["adapted"] == ["pos_embed"]
   assert params["pos_embed"].shape == (1, 37, 48)
   np.testing.assert_array_equal(params["pos_embed"][0, 0], deit_params["pos_embed"][0, 0])
   np.testing.assert_array_equal(params["head"]["kernel"], init["head"]["kernel"])
+
+
+@pytest.mark.slow  # compiles the gradient of a 48 x 48 model
+def test_fine_tuned_model_trains(pretrained):
+  """A gradient step of CE + eta * KSVD (the release's LRA-style J) from the fine-tuning start is finite."""
+  _, _, out = pretrained
+  model = _primal_plus(image_size=48, num_classes=10)
+  params, _ = restore_matching_params(out, _init(model, 48), adapt=model.adapt_pretrained)
 
   def loss(p, images, labels):
     logits, state = model.apply({"params": p}, images, mutable=["ksvd"])
@@ -129,11 +143,11 @@ def test_mismatches_that_cannot_be_fine_tuned(pretrained):
   """Exact restores refuse the swapped model; a mismatch outside `reinit` and the adapter is an error."""
   _, _, out = pretrained
   model = _primal_plus(num_classes=10)
-  init = _init(model, 32)
+  init = _zeros(model, 32)
   with pytest.raises(CheckpointError, match="differing leaves"):
     Checkpointer.restore_params(out, init)
   with pytest.raises(CheckpointError, match=r"head/(kernel|bias) has shape"):
     restore_matching_params(out, init, reinit=())
   wider = VisionTransformer(vit_config("S/8", num_layers=2, dim=48, num_heads=3, num_classes=5, mlp_ratio=2), 32, 8)
   with pytest.raises(CheckpointError, match="encoder/block_0/mlp/fc_in/(kernel|bias) has shape"):
-    restore_matching_params(out, _init(wider, 32))
+    restore_matching_params(out, _zeros(wider, 32))
