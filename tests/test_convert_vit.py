@@ -13,6 +13,8 @@ import io
 import json
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference_vit_numpy as vref
@@ -158,3 +160,24 @@ def test_converter_checks_heads():
   sd["blocks.0.attn.qkv.weight"], sd["blocks.0.attn.qkv.bias"] = np.zeros((24, 8), np.float32), np.zeros(24, np.float32)
   with pytest.raises(ValueError, match="not divisible by num_heads=3"):
     convert_vit.vit_params(sd, 3)
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "cv_primal_deit.npz"
+
+
+@pytest.mark.parametrize(
+  "override,expected",
+  [(dict(layer_norm_eps=1e-5), 8.4e-5), (dict(activation="gelu_tanh"), 6.1e-5)],
+)
+def test_golden_tolerance_catches_the_readme_mistakes(override, expected):
+  """The README's sensitivity table: LayerNorm eps 1e-5 or tanh GELU moves the logits by ~1e-4 relative, so the
+  tests' 1e-5 tolerance catches both (the correct model is within 2.2e-7)."""
+  if not REFERENCE.is_file():
+    pytest.skip(f"{REFERENCE} not found")
+  case = load_case(str(REFERENCE))
+  model, params = convert_vit.model_from_state_dict(case.params, case.meta["config"]["num_heads"], **override)
+  images = jnp.asarray(convert_vit.nchw_to_nhwc(case.inputs["images"]))
+  logits = np.asarray(jax.jit(model.apply)({"params": params}, images))
+  golden = case.outputs["logits"]
+  err = np.max(np.abs(logits - golden)) / np.max(np.abs(golden))
+  assert err > TOL and err == pytest.approx(expected, rel=0.3)
