@@ -127,3 +127,66 @@ def test_pipeline_augments_training_batches_only(tmp_path):
   for a, b in zip(plain.eval_batches("test"), augmented.eval_batches("test"), strict=True):
     np.testing.assert_array_equal(a["inputs"], b["inputs"])
   assert next(iter(augmented.train_batches(1)))["inputs"].shape == (4, 8, 8, 3)
+
+
+# --- RandAugment --------------------------------------------------------------------------------------------------
+
+
+def test_rand_augment_level_arguments_follow_timm():
+  from primal_jax.data.rand_augment import level_argument
+
+  rng = np.random.default_rng(0)
+  assert abs(level_argument("Rotate", 10.0, rng)) == pytest.approx(30.0)
+  assert abs(level_argument("ShearX", 5.0, rng)) == pytest.approx(0.15)
+  assert abs(level_argument("TranslateYRel", 10.0, rng)) == pytest.approx(0.45)
+  assert abs(level_argument("ContrastIncreasing", 9.0, rng) - 1.0) == pytest.approx(0.81)
+  assert level_argument("PosterizeIncreasing", 9.0, rng) == 1  # 4 - int(3.6)
+  assert level_argument("SolarizeIncreasing", 9.0, rng) == 26  # 256 - int(230.4)
+  assert level_argument("SolarizeAdd", 9.0, rng) == 99
+  signs = {np.sign(level_argument("Rotate", 9.0, np.random.default_rng(s))) for s in range(20)}
+  assert signs == {-1.0, 1.0}
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_every_rand_augment_op_keeps_shape(channels):
+  from primal_jax.data.rand_augment import IMAGENET_FILL, OPS, apply_op, level_argument
+
+  image = np.random.default_rng(2).integers(0, 256, (10, 12, channels), dtype=np.uint8)
+  pil = Image.fromarray(image[..., 0] if channels == 1 else image)
+  fill = 115 if channels == 1 else IMAGENET_FILL
+  for op in OPS:
+    out = np.asarray(apply_op(pil, op, level_argument(op, 9.0, np.random.default_rng(0)), fill))
+    assert out.shape == image.shape[:2] + ((channels,) if channels == 3 else ()) and out.dtype == np.uint8, op
+
+
+def test_rand_augment_ops_against_direct_formulas():
+  from primal_jax.data.rand_augment import apply_op
+
+  image = np.arange(256, dtype=np.uint8).reshape(16, 16)
+  pil = Image.fromarray(image)
+  np.testing.assert_array_equal(
+    np.asarray(apply_op(pil, "SolarizeAdd", 99, 0)),
+    np.where(image < 128, np.minimum(255, image.astype(int) + 99), image),
+  )
+  np.testing.assert_array_equal(
+    np.asarray(apply_op(pil, "SolarizeIncreasing", 26, 0)), np.where(image >= 26, 255 - image, image)
+  )
+  np.testing.assert_array_equal(np.asarray(apply_op(pil, "PosterizeIncreasing", 1, 0)), image & 0x80)
+  np.testing.assert_array_equal(np.asarray(apply_op(pil, "Invert", 0.0, 0)), 255 - image)
+  shifted = np.asarray(apply_op(pil, "TranslateXRel", 0.25, 7))  # x' = x + 4: content moves left, fill on the right
+  np.testing.assert_array_equal(shifted[:, :12], image[:, 4:])
+  assert np.all(shifted[:, 12:] == 7)
+
+
+def test_rand_augment_in_image_augment():
+  from primal_jax.data.rand_augment import rand_augment
+
+  example = _example((16, 16, 3))
+  np.testing.assert_array_equal(rand_augment(example["image"], np.random.default_rng(0), num_ops=0), example["image"])
+  augment = ImageAugment(rand_augment=True)
+  outs = [augment(example, np.random.default_rng(s))["image"] for s in range(20)]
+  assert all(o.shape == (16, 16, 3) and o.dtype == np.uint8 for o in outs)
+  assert sum(not np.array_equal(o, example["image"]) for o in outs) >= 10  # p(no op applied) = 0.25
+  np.testing.assert_array_equal(augment(example, np.random.default_rng(3))["image"], outs[3])
+  with pytest.raises(ValueError, match="rand_magnitude"):
+    ImageAugment(rand_augment=True, rand_magnitude=11.0)

@@ -20,9 +20,9 @@ restricted to CMC's 100 classes (`primal_jax.data.images.IMAGENET_100_CLASSES`);
 (read as test, evaluated every epoch as the release does), images centre-cropped at 0.875 as DeiT evaluates.
 Without selection on the reported split: --config.data.val_fraction=0.05 --config.best_metric=validation/accuracy
 --config.test_eval=best_validation (a held-out tail of train for selection, val/ evaluated once).
-Augmentation: DeiT's random resized crop (bicubic), flip (0.5) and random erasing (0.25) on the training images
-(`data.augment`). Where we differ: RandAugment, Mixup/CutMix with label smoothing 0.1, repeated augmentation,
-colour jitter and the model EMA are not implemented yet.
+Augmentation: DeiT's random resized crop (bicubic), flip (0.5), RandAugment (rand-m9-mstd0.5-inc1) and random
+erasing (0.25) on the training images (`data.augment`). Where we differ: Mixup/CutMix with label smoothing 0.1,
+repeated augmentation and the model EMA are not implemented yet (colour jitter is off in DeiT with RandAugment).
 
 Fine-tuning from pretrained DeiT weights (convert them with `python -m primal_jax.convert timm
 deit_small_patch16_224-cd65a155.pth /tmp/deit_s --model=deit_small_patch16_224`):
@@ -77,7 +77,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     mean=IMAGENET_MEAN,
     std=IMAGENET_STD,
     val_fraction=0.0,  # the release selects and reports on ImageNet's val/ (read as test); see test_eval
-    augment=dict(random_resized_crop=True, flip_prob=0.5, erase_prob=0.25),
+    augment=dict(random_resized_crop=True, flip_prob=0.5, rand_augment=True, erase_prob=0.25),
     batch_size=1024,
     eval_batch_size=256,
     seed=0,
@@ -123,7 +123,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.checkpoint_on_eval = True
 
   if args["short"]:
-    config.data.augment.update(random_resized_crop=False, flip_prob=0.0, erase_prob=0.0)
+    config.data.augment.update(random_resized_crop=False, flip_prob=0.0, rand_augment=False, erase_prob=0.0)
     config.data.update(
       dataset="fashion_mnist", image_size=28, channels=1, mean=(0.5,), std=(0.5,), val_fraction=0.1, batch_size=64
     )

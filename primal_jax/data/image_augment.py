@@ -1,4 +1,4 @@
-"""DeiT's per-image training augmentations on the host: random resized crop, horizontal flip, random erasing.
+"""DeiT's per-image training augmentations on the host: random resized crop, flip, RandAugment, random erasing.
 
 Each acts on one uint8 image [H, W, C] with a NumPy Generator that `core.Augmented` seeds by (seed, epoch,
 example index), so an image's augmentation is reproducible and independent of batching, host count and
@@ -10,8 +10,7 @@ Written here rather than taken from a library: the box sampling follows torchvis
 `RandomErasing` (count 1), on NumPy arrays so the pipeline needs no torch; Pillow does the bicubic resize.
 (dm-pix works on device arrays inside jit, which would move augmentation into the training step.)
 Differences from timm: erased pixels are uniform uint8 noise before normalisation (timm's "pixel" mode draws
-N(0, 1) after it). Not here: RandAugment, and Mixup/CutMix with label smoothing (they need soft labels in
-the objective).
+N(0, 1) after it). Not here: Mixup/CutMix with label smoothing (they need soft labels in the objective).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from primal_jax.data.pipeline import Example
+from primal_jax.data.rand_augment import rand_augment
 
 
 def _uniform_pair(value, name: str, low: float = 0.0) -> tuple[float, float]:
@@ -74,6 +74,8 @@ class ImageAugment:
     random_resized_crop: crop a random box (`crop_scale` of the area, aspect `crop_ratio`) and resize it back
       to H x W (bicubic), as DeiT's RandomResizedCrop (scale (0.08, 1), ratio (3/4, 4/3)).
     flip_prob: probability of a horizontal flip (DeiT: 0.5).
+    rand_augment: timm's RandAugment ("rand-m9-mstd0.5-inc1": `rand_num_ops` 2, `rand_magnitude` 9 with
+      std 0.5; `primal_jax.data.rand_augment`), after the crop and flip as in DeiT.
     erase_prob: probability of erasing one random rectangle (DeiT's --reprob 0.25; area (0.02, 1/3) of the
       image, aspect (0.3, 3.3)).
   """
@@ -82,6 +84,10 @@ class ImageAugment:
   crop_scale: tuple[float, float] = (0.08, 1.0)
   crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
   flip_prob: float = 0.0
+  rand_augment: bool = False
+  rand_num_ops: int = 2
+  rand_magnitude: float = 9.0
+  rand_magnitude_std: float = 0.5
   erase_prob: float = 0.0
   erase_scale: tuple[float, float] = (0.02, 1 / 3)
   erase_ratio: tuple[float, float] = (0.3, 1 / 0.3)
@@ -94,10 +100,17 @@ class ImageAugment:
     for name in ("flip_prob", "erase_prob"):
       if not 0.0 <= getattr(self, name) <= 1.0:
         raise ValueError(f"data.augment.{name} must be in [0, 1], got {getattr(self, name)!r}")
+    if not isinstance(self.rand_num_ops, int) or self.rand_num_ops < 0:
+      raise ValueError(f"data.augment.rand_num_ops must be an integer >= 0, got {self.rand_num_ops!r}")
+    if not 0.0 <= self.rand_magnitude <= 10.0 or self.rand_magnitude_std < 0:
+      raise ValueError(
+        f"data.augment.rand_magnitude must be in [0, 10] and rand_magnitude_std >= 0, got "
+        f"{self.rand_magnitude!r}, {self.rand_magnitude_std!r}"
+      )
 
   @property
   def active(self) -> bool:
-    return self.random_resized_crop or self.flip_prob > 0 or self.erase_prob > 0
+    return self.random_resized_crop or self.flip_prob > 0 or self.rand_augment or self.erase_prob > 0
 
   def __call__(self, example: Example, rng: np.random.Generator) -> Example:
     image = np.asarray(example["image"])
@@ -111,6 +124,10 @@ class ImageAugment:
       image = np.asarray(crop, np.uint8).reshape(height, width, channels)
     if self.flip_prob > 0 and rng.uniform() < self.flip_prob:
       image = image[:, ::-1]
+    if self.rand_augment:
+      image = rand_augment(
+        image, rng, num_ops=self.rand_num_ops, magnitude=self.rand_magnitude, magnitude_std=self.rand_magnitude_std
+      )
     if self.erase_prob > 0 and rng.uniform() < self.erase_prob:
       box = erase_box(height, width, self.erase_scale, self.erase_ratio, rng)
       if box is not None:
