@@ -107,6 +107,23 @@ def test_imagenet100_and_centre_crop(tmp_path):
   assert example["label"] == 3
 
 
+@pytest.mark.parametrize("dataset,classes", [("cifar10", 10), ("cifar100", 100)])
+def test_catalog_datasets_from_mock_data(tmp_path, dataset, classes):
+  """CIFAR through `tfds.data_source` (faked offline by tfds.testing.mock_data): RGB 32 x 32 batches."""
+  tfds = pytest.importorskip("tensorflow_datasets")
+  with tfds.testing.mock_data(num_examples=10):
+    p = make_image_pipeline(
+      _data(tmp_path, dataset=dataset, data_dir=str(tmp_path), val_fraction=0.2, mean=0.5, std=0.5)
+    )
+    assert p.info.image_shape == (32, 32, 3) and p.info.num_classes == classes
+    assert dict(p.info.split_sizes) == {"train": 8, "validation": 2, "test": 10}
+    batch = next(iter(p.train_batches(0)))
+    assert batch["inputs"].shape == (8, 32, 32, 3) and np.all(np.abs(batch["inputs"]) <= 1.0)
+    assert np.all((0 <= batch["label"]) & (batch["label"] < classes))
+  if dataset == "cifar10":
+    assert p.info.class_names[0] == "airplane"
+
+
 def test_pipeline_errors(folder, tmp_path):
   with pytest.raises(ValueError, match="data.dataset must be one of"):
     make_image_pipeline(_data(folder, dataset="mnist"))
