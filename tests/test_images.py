@@ -107,6 +107,25 @@ def test_imagenet100_and_centre_crop(tmp_path):
   assert example["label"] == 3
 
 
+def test_fashion_mnist_default():
+  """The offline default (when the pinned idx files are cached; test_lra_image.py covers fetching them)."""
+  from primal_jax.data.cache import default_cache_dir
+  from primal_jax.data.fashion_mnist import load_fashion_mnist
+
+  cached = default_cache_dir() / "fashion_mnist"
+  try:
+    test_images, test_labels = load_fashion_mnist("test", cached)
+  except (FileNotFoundError, ValueError):
+    pytest.skip(f"Fashion-MNIST is not cached under {cached}")
+  data = ml_collections.ConfigDict(dict(task="images", source=str(cached), batch_size=512, eval_batch_size=512, seed=0))
+  p = registry.get_input_pipeline(data)
+  assert p.info.name == "fashion_mnist" and p.info.image_shape == (28, 28, 1) and p.info.num_classes == 10
+  assert dict(p.info.split_sizes) == {"train": 54000, "validation": 6000, "test": 10000}
+  batch = next(iter(p.eval_batches("test")))
+  np.testing.assert_allclose(batch["inputs"][:, :, :, 0], (test_images[:512] / 255 - 0.5) / 0.5, atol=1e-6)
+  np.testing.assert_array_equal(batch["label"], test_labels[:512])
+
+
 @pytest.mark.parametrize("dataset,classes", [("cifar10", 10), ("cifar100", 100)])
 def test_catalog_datasets_from_mock_data(tmp_path, dataset, classes):
   """CIFAR through `tfds.data_source` (faked offline by tfds.testing.mock_data): RGB 32 x 32 batches."""
