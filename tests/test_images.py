@@ -143,6 +143,18 @@ def test_catalog_datasets_from_mock_data(tmp_path, dataset, classes):
     assert p.info.class_names[0] == "airplane"
 
 
+def test_imagenet_catalog_from_mock_data(tmp_path):
+  """ImageNet-1k through tfds.data_source: images of any size brought to image_size, TFDS validation = test."""
+  tfds = pytest.importorskip("tensorflow_datasets")
+  with tfds.testing.mock_data(num_examples=4):
+    p = make_image_pipeline(
+      _data(tmp_path, dataset="imagenet2012", data_dir=str(tmp_path), image_size=24, crop_pct=0.875, val_fraction=0.0)
+    )
+    assert p.info.image_shape == (24, 24, 3) and p.info.num_classes == 1000
+    assert dict(p.info.split_sizes) == {"train": 4, "test": 4}
+    assert next(iter(p.eval_batches("test")))["inputs"].shape == (8, 24, 24, 3)
+
+
 def test_pipeline_errors(folder, tmp_path):
   with pytest.raises(ValueError, match="data.dataset must be one of"):
     make_image_pipeline(_data(folder, dataset="mnist"))

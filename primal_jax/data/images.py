@@ -3,8 +3,10 @@
 Datasets (`data.dataset`):
   fashion_mnist  (default) 28 x 28 grayscale, 10 classes, 60,000 / 10,000, offline from Debian's package
                  (`fashion_mnist`, as LRA Image uses it); `data.source` may name a directory of its idx files.
-  cifar10, cifar100  the TFDS catalog (`tfds.data_source` via `lra_catalog.catalog_splits`; prepared under
-                 `data.data_dir`, which needs the network and TensorFlow once).
+  cifar10, cifar100, imagenet2012  the TFDS catalog (`tfds.data_source` via `lra_catalog.catalog_splits`;
+                 prepared under `data.data_dir`, which needs the network and TensorFlow once; ImageNet's
+                 files must be downloaded by hand first, TFDS explains how). ImageNet's images are brought to
+                 `data.image_size` as image folders' are, and its validation split is our test split.
   image_folder   `data.source` holds train/ and test/ (or ImageNet's val/, read as test) and optionally
                  validation/, each with one sub-folder per class (the train sub-folder names, sorted, are the
                  classes). Images are read lazily with Pillow, converted to `data.channels` (1 or 3) and
@@ -37,7 +39,7 @@ from primal_jax.data.lra_catalog import catalog_splits, holdout_tail
 from primal_jax.data.lra_image import CIFAR10_CLASSES
 from primal_jax.data.pipeline import PAD_INDEX, Example
 
-DATASETS = ("fashion_mnist", "cifar10", "cifar100", "image_folder", "imagenet100")
+DATASETS = ("fashion_mnist", "cifar10", "cifar100", "imagenet2012", "image_folder", "imagenet100")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 DEFAULT_VAL_FRACTION = 0.1
 # ImageNet-100: the 100 ImageNet-1k classes of CMC (Tian et al., 2020; github.com/HobbitLong/CMC imagenet100.txt),
@@ -86,11 +88,34 @@ class ImageArrays(Sequence):
     return {"image": self.images[i], "label": int(self.labels[i]), "index": i}
 
 
+def fit_image(image, size: int, channels: int, crop_pct: float = 1.0) -> np.ndarray:
+  """A Pillow image (or uint8 array) as uint8 [size, size, channels]: converted to "L" or "RGB", then resized
+  (bilinear; crop_pct 1) or its shorter side resized to round(size / crop_pct) (bicubic) and the centre cropped
+  (DeiT's evaluation: crop_pct 0.875)."""
+  from PIL import Image
+
+  if isinstance(image, np.ndarray):
+    image = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[-1] == 1 else image)
+  image = image.convert({1: "L", 3: "RGB"}[channels])
+  if crop_pct >= 1.0:
+    image = image.resize((size, size), Image.Resampling.BILINEAR)
+  else:
+    scale = round(size / crop_pct) / min(image.size)
+    w, h = max(size, round(image.size[0] * scale)), max(size, round(image.size[1] * scale))
+    image = image.resize((w, h), Image.Resampling.BICUBIC)
+    left, top = (w - size) // 2, (h - size) // 2
+    image = image.crop((left, top, left + size, top + size))
+  return np.asarray(image, np.uint8).reshape(size, size, channels)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class CatalogImages(Sequence):
-  """Examples of a TFDS image data source ({"image": uint8 [H, W, C], "label"}), with their positions as index."""
+  """Examples of a TFDS image data source ({"image": uint8 [H, W, C], "label"}), with their positions as index;
+  with `size`, every image is brought to size x size (`fit_image`: ImageNet's images differ in size)."""
 
   source: Sequence[Example]
+  size: int | None = None
+  crop_pct: float = 1.0
 
   def __len__(self) -> int:
     return len(self.source)
@@ -98,14 +123,15 @@ class CatalogImages(Sequence):
   def __getitem__(self, i):
     i = int(i)
     example = self.source[i]
-    return {"image": np.asarray(example["image"], np.uint8), "label": int(example["label"]), "index": i}
+    image = np.asarray(example["image"], np.uint8)
+    if self.size is not None:
+      image = fit_image(image, self.size, image.shape[-1], self.crop_pct)
+    return {"image": image, "label": int(example["label"]), "index": i}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ImageFiles(Sequence):
-  """Examples of image files read lazily with Pillow: converted to `channels` (1 or 3), the shorter side resized
-  (bicubic) to round(size / crop_pct), then the centre size x size cropped (crop_pct 1: the whole image, squashed
-  to a square is avoided only when it already is one; DeiT's evaluation uses 0.875)."""
+  """Examples of image files read lazily with Pillow and brought to size x size by `fit_image`."""
 
   paths: tuple[Path, ...]
   labels: np.ndarray
@@ -121,16 +147,7 @@ class ImageFiles(Sequence):
 
     i = int(i)
     with Image.open(self.paths[i]) as image:
-      image = image.convert({1: "L", 3: "RGB"}[self.channels])
-      if self.crop_pct >= 1.0:
-        image = image.resize((self.size, self.size), Image.Resampling.BILINEAR)
-      else:
-        scale = round(self.size / self.crop_pct) / min(image.size)
-        w, h = max(self.size, round(image.size[0] * scale)), max(self.size, round(image.size[1] * scale))
-        image = image.resize((w, h), Image.Resampling.BICUBIC)
-        left, top = (w - self.size) // 2, (h - self.size) // 2
-        image = image.crop((left, top, left + self.size, top + self.size))
-      pixels = np.asarray(image, np.uint8).reshape(self.size, self.size, self.channels)
+      pixels = fit_image(image, self.size, self.channels, self.crop_pct)
     return {"image": pixels, "label": int(self.labels[i]), "index": i}
 
 
@@ -188,6 +205,13 @@ def _per_channel(value, channels: int, name: str) -> tuple[float, ...]:
   return values
 
 
+def _crop_pct(data_config) -> float:
+  crop_pct = float(config_get(data_config, "crop_pct", 1.0))
+  if not 0.0 < crop_pct <= 1.0:
+    raise ValueError(f"data.crop_pct must be in (0, 1], got {crop_pct!r}")
+  return crop_pct
+
+
 def _splits(data_config) -> tuple[str, dict[str, Sequence[Example]], tuple[str, ...]]:
   """(name, {"train", "test"[, "validation"]}, class names) of `data.dataset`."""
   dataset = config_get(data_config, "dataset", "fashion_mnist")
@@ -196,9 +220,16 @@ def _splits(data_config) -> tuple[str, dict[str, Sequence[Example]], tuple[str, 
     directory = Path(source).expanduser() if source else fetch_fashion_mnist()
     splits = {split: ImageArrays(*load_fashion_mnist(split, directory)) for split in ("train", "test")}
     return dataset, splits, FASHION_MNIST_CLASSES
-  if dataset in ("cifar10", "cifar100"):
+  if dataset in ("cifar10", "cifar100", "imagenet2012"):
     data_dir = config_get(data_config, "data_dir", "") or None
-    sources = catalog_splits(dataset, ("train", "test"), data_dir, download=config_get(data_config, "download", True))
+    download = config_get(data_config, "download", True)
+    if dataset == "imagenet2012":  # TFDS's "validation" is ImageNet's val/, the split papers report: our test
+      sources = catalog_splits(dataset, ("train", "validation"), data_dir, download=download)
+      sources = {"train": sources["train"], "test": sources["validation"]}
+      size = check_positive_int(config_get(data_config, "image_size", 224), "image_size")
+      crop_pct = _crop_pct(data_config)
+      return dataset, {k: CatalogImages(v, size, crop_pct) for k, v in sources.items()}, tuple(map(str, range(1000)))
+    sources = catalog_splits(dataset, ("train", "test"), data_dir, download=download)
     classes = CIFAR10_CLASSES if dataset == "cifar10" else tuple(f"class_{i}" for i in range(100))
     return dataset, {k: CatalogImages(v) for k, v in sources.items()}, classes
   if dataset in ("image_folder", "imagenet100"):
@@ -214,9 +245,7 @@ def _splits(data_config) -> tuple[str, dict[str, Sequence[Example]], tuple[str, 
     channels = config_get(data_config, "channels", 3)
     if channels not in (1, 3):
       raise ValueError(f"data.channels must be 1 or 3, got {channels!r}")
-    crop_pct = float(config_get(data_config, "crop_pct", 1.0))
-    if not 0.0 < crop_pct <= 1.0:
-      raise ValueError(f"data.crop_pct must be in (0, 1], got {crop_pct!r}")
+    crop_pct = _crop_pct(data_config)
     size = check_positive_int(config_get(data_config, "image_size", 32), "image_size")
     folders = {"train": "train", "validation": "validation", "test": "test"}
     if not (root / "test").is_dir() and (root / "val").is_dir():
