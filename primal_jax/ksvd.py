@@ -27,6 +27,7 @@ import math
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from primal_jax.validation import check_choice
 
@@ -121,14 +122,40 @@ class KSVDSpec:
 PAPER = KSVDSpec("paper", "data", "per_sample", "sum")
 RELEASE_LRA = KSVDSpec("release", "params", "batch", "mean")
 RELEASE_SEQUENCE = KSVDSpec("release", "params", "per_sample", "mean")  # time series, RL, LM
+# The names configs use (`config.ksvd.spec`); every entry point below takes a name or a KSVDSpec.
+KSVD_SPECS = {"paper": PAPER, "release_lra": RELEASE_LRA, "release_sequence": RELEASE_SEQUENCE}
 
 
-def ksvd_objective(terms: KSVDTerms, spec: KSVDSpec = RELEASE_SEQUENCE) -> jax.Array:
-  """J of one layer, mean over heads.
+def resolve_spec(spec: KSVDSpec | str, name: str = "spec") -> KSVDSpec:
+  """`spec` itself, or the `KSVDSpec` a config names ("paper", "release_lra", "release_sequence")."""
+  if isinstance(spec, KSVDSpec):
+    return spec
+  if isinstance(spec, str):
+    check_choice(spec, tuple(KSVD_SPECS), name)
+    return KSVD_SPECS[spec]
+  raise ValueError(f"{name} must be a KSVDSpec or one of {tuple(KSVD_SPECS)}, got {spec!r}")
+
+
+def check_eta(eta) -> None:
+  """Raises ValueError unless eta is finite and >= 0 (a negative eta rewards a large J).
+
+  Checked when concrete (a number, or an array outside `jit`); a traced eta (a schedule inside the
+  step) cannot be checked without a host sync and is left alone.
+  """
+  if isinstance(eta, jax.core.Tracer):
+    return
+  value = np.asarray(eta)
+  if value.ndim or not np.issubdtype(value.dtype, np.number) or not np.isfinite(value) or value < 0:
+    raise ValueError(f"eta must be a finite number >= 0, got {eta!r}")
+
+
+def ksvd_objective(terms: KSVDTerms, spec: KSVDSpec | str = RELEASE_SEQUENCE) -> jax.Array:
+  """J of one layer, mean over heads (`spec` a `KSVDSpec` or its name in `KSVD_SPECS`).
 
   Returns:
     [B] per-sequence J for reduction "per_sample"; [] for "batch".
   """
+  spec = resolve_spec(spec)
   if spec.convention == "paper":
     quad_e, quad_r = terms.energy_e, terms.energy_r
   else:
@@ -191,27 +218,44 @@ def _as_terms(layers) -> list[KSVDTerms]:
   return collect_terms(layers)
 
 
-def ksvd_loss_per_sample(layers, spec: KSVDSpec = RELEASE_SEQUENCE) -> jax.Array:
+def ksvd_loss_per_sample(layers, spec: KSVDSpec | str = RELEASE_SEQUENCE, *, allow_empty: bool = False) -> jax.Array:
   """sum_l or mean_l J_l^2 over Primal layers.
 
   Args:
     layers: a list of `KSVDTerms` or a model's `ksvd` collection (the dict that
       `apply(..., mutable=["ksvd"])` returns).
+    spec: a `KSVDSpec` or its name in `KSVD_SPECS`.
+    allow_empty: return 0 when there are no terms (code that serves models with and
+      without Primal layers). Otherwise no terms is a ValueError: the usual cause is an
+      apply without `mutable=["ksvd"]`, which would silently turn the regulariser off.
   Returns:
-    [B] for reduction "per_sample", [] for "batch"; 0 if there is no Primal layer.
+    [B] for reduction "per_sample", [] for "batch"; 0 if there is no Primal layer and `allow_empty`.
+  Raises:
+    ValueError: no terms (unless `allow_empty`); a batch of size 0 (no mean exists).
   """
+  spec = resolve_spec(spec)
   terms = _as_terms(layers)
   if not terms:
-    return jnp.zeros((), jnp.float32)
+    if allow_empty:
+      return jnp.zeros((), jnp.float32)
+    raise ValueError(
+      "the ksvd collection holds no KSVDTerms: apply the model with mutable=['ksvd'] (Primal layers sow "
+      "only then, and not in decode mode); pass allow_empty=True for a model without Primal layers"
+    )
+  if any(t.count.shape[-1] == 0 for t in terms):
+    raise ValueError("ksvd_loss of a batch of size 0 is undefined (no sequence to average over)")
   squares = jnp.stack([jnp.square(ksvd_objective(t, spec)) for t in terms])  # [L] or [L, B]
   return jnp.sum(squares, 0) if spec.layer_reduce == "sum" else jnp.mean(squares, 0)
 
 
-def ksvd_loss(layers, spec: KSVDSpec = RELEASE_SEQUENCE) -> jax.Array:
+def ksvd_loss(layers, spec: KSVDSpec | str = RELEASE_SEQUENCE, *, allow_empty: bool = False) -> jax.Array:
   """`ksvd_loss_per_sample` averaged over the batch: [] the unweighted regulariser."""
-  return jnp.mean(ksvd_loss_per_sample(layers, spec))
+  return jnp.mean(ksvd_loss_per_sample(layers, spec, allow_empty=allow_empty))
 
 
-def ksvd_regularizer(collection, eta: float, spec: KSVDSpec = RELEASE_SEQUENCE) -> jax.Array:
-  """eta * `ksvd_loss`: the term added to the mean task loss (paper eq. 10)."""
-  return eta * ksvd_loss(collection, spec)
+def ksvd_regularizer(
+  collection, eta: float, spec: KSVDSpec | str = RELEASE_SEQUENCE, *, allow_empty: bool = False
+) -> jax.Array:
+  """eta * `ksvd_loss`: the term added to the mean task loss (paper eq. 10); eta finite and >= 0."""
+  check_eta(eta)
+  return eta * ksvd_loss(collection, spec, allow_empty=allow_empty)

@@ -57,7 +57,7 @@ def _forward(masking, primal=True):
 
   def run(params, states, actions, rtg, timesteps, mask):
     preds, state = model.apply({"params": params}, states, actions, rtg, timesteps, mask, mutable=["ksvd"])
-    return (*preds, ksvd_loss_per_sample(state.get("ksvd", {}), RELEASE_SEQUENCE))
+    return (*preds, ksvd_loss_per_sample(state.get("ksvd", {}), RELEASE_SEQUENCE, allow_empty=not primal))
 
   return jax.jit(run)
 

@@ -24,6 +24,7 @@ from primal_jax.ksvd import (
   ksvd_regularizer,
   ksvd_terms,
 )
+from primal_jax.training.steps import make_train_step
 
 REFERENCE_DIR = "/work/shared/reference"
 B, H, N, S, P, A = 3, 2, 7, 4, 5, 6
@@ -244,11 +245,54 @@ def test_collect_terms_from_nested_collection():
   np.testing.assert_array_equal(ksvd_loss({"ksvd": collection}), ksvd_loss([t0, t1, t2]))
 
 
-def test_no_primal_layer_gives_zero():
-  """A model without Primal layers has a zero regulariser."""
-  assert float(ksvd_loss({})) == 0.0
-  assert float(ksvd_loss([])) == 0.0
-  assert float(ksvd_regularizer({}, 0.1)) == 0.0
+def test_empty_collection_is_refused_unless_allowed():
+  """No terms (a forgotten mutable=["ksvd"]) is an error, not a silently disabled regulariser (issue 18.4).
+
+  Code serving models with and without Primal layers (the train step) says so with allow_empty=True.
+  """
+  for empty in ({}, [], {"ksvd": {}}):
+    with pytest.raises(ValueError, match="mutable"):
+      ksvd_loss(empty)
+  with pytest.raises(ValueError, match="mutable"):
+    ksvd_regularizer({}, 0.1)
+  assert float(ksvd_loss({}, allow_empty=True)) == 0.0
+  assert float(ksvd_loss_per_sample([], PAPER, allow_empty=True)) == 0.0
+  assert float(ksvd_regularizer({}, 0.1, allow_empty=True)) == 0.0
+
+
+def test_empty_batch_is_refused():
+  """A batch of size 0 has no mean: a ValueError instead of NaN (per-sample) or -trace (batch reduction)."""
+  layer = _layer(30)
+  empty = {k: (v[:0] if k in ("escore", "rscore", "we_x", "wr_x") else v) for k, v in layer.items()}
+  terms = _terms(empty)
+  for spec in (RELEASE_SEQUENCE, RELEASE_LRA, PAPER):
+    with pytest.raises(ValueError, match="batch of size 0"):
+      ksvd_loss([terms], spec)
+
+
+@pytest.mark.parametrize(
+  "name,spec", [("paper", PAPER), ("release_lra", RELEASE_LRA), ("release_sequence", RELEASE_SEQUENCE)]
+)
+def test_spec_by_name(name, spec):
+  """Configs name the spec; every entry point takes the name as well as the KSVDSpec."""
+  terms = [_terms(_layer(31)), _terms(_layer(32))]
+  np.testing.assert_array_equal(ksvd_regularizer(terms, 0.1, name), ksvd_regularizer(terms, 0.1, spec))
+  np.testing.assert_array_equal(ksvd_loss_per_sample(terms, name), ksvd_loss_per_sample(terms, spec))
+  np.testing.assert_array_equal(ksvd_objective(terms[0], name), ksvd_objective(terms[0], spec))
+  with pytest.raises(ValueError, match="release_lra"):
+    ksvd_loss(terms, "lra")
+  with pytest.raises(ValueError, match="KSVDSpec"):
+    ksvd_loss(terms, 3)
+
+
+@pytest.mark.parametrize("eta", [-0.1, float("nan"), float("inf")])
+def test_eta_must_be_finite_and_non_negative(eta):
+  terms = [_terms(_layer(33))]
+  with pytest.raises(ValueError, match="eta"):
+    ksvd_regularizer(terms, eta)
+  assert float(ksvd_regularizer(terms, 0.0)) == 0.0
+  with pytest.raises(ValueError, match="eta"):  # the train step (config.ksvd.eta) checks it when built
+    make_train_step(None, None, None, eta=eta, spec=PAPER)
 
 
 def test_objective_is_jittable_and_differentiable():

@@ -17,20 +17,18 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from primal_jax.ksvd import KSVD_COLLECTION, PAPER, RELEASE_LRA, RELEASE_SEQUENCE, KSVDSpec, ksvd_loss_per_sample
+from primal_jax.ksvd import KSVD_COLLECTION, KSVDSpec, check_eta, ksvd_loss_per_sample, resolve_spec
 from primal_jax.models.builders import BuiltModel
 from primal_jax.training.objectives import Objective, get_objective
 from primal_jax.training.state import TrainState
 
-KSVD_SPECS = {"release_sequence": RELEASE_SEQUENCE, "release_lra": RELEASE_LRA, "paper": PAPER}
 # Device scalars of a train step that are not sums (the host passes them through as they are).
 _STEP_SCALARS = ("grad_norm", "param_norm", "learning_rate")
 
 
 def ksvd_spec(name: str) -> KSVDSpec:
-  if name not in KSVD_SPECS:
-    raise ValueError(f"ksvd.spec must be one of {sorted(KSVD_SPECS)}, got {name!r}")
-  return KSVD_SPECS[name]
+  """The `KSVDSpec` that `config.ksvd.spec` names (one of `KSVD_SPECS`)."""
+  return resolve_spec(name, "ksvd.spec")
 
 
 def _weighted_mean(values: jax.Array, weights: jax.Array) -> jax.Array:
@@ -60,7 +58,9 @@ def batch_terms(
   )
   sums = objective.sums(outputs, batch)
   examples = example_weights(batch["weight"])  # [b]
-  ksvd = ksvd_loss_per_sample(new_vars.get(KSVD_COLLECTION, {}), spec).astype(jnp.float32)  # [b] or []
+  # allow_empty: any model trains here, one without Primal layers has no terms (and the step, not the
+  # caller, makes the collection mutable, so a forgotten mutable cannot happen).
+  ksvd = ksvd_loss_per_sample(new_vars.get(KSVD_COLLECTION, {}), spec, allow_empty=True).astype(jnp.float32)
   terms = {
     "task_loss_sum": sums.loss,
     "count": sums.count,
@@ -87,6 +87,7 @@ def make_train_step(
   saw), "ksvd_loss", the objective's sums and grad/param norms and the learning rate: pass them,
   fetched, to `train_scalars`.
   """
+  check_eta(eta)
   objective = objective or get_objective(built.task)
 
   def train_step(state: TrainState, batch) -> tuple[TrainState, dict]:
