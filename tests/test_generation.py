@@ -13,7 +13,7 @@ from flax import linen as nn
 
 from primal_jax.models import generation as gen
 from primal_jax.models.config import TransformerConfig
-from primal_jax.models.lm import CausalLM
+from primal_jax.models.lm import CausalLM, decode_step, init_cache
 
 VOCAB, MAX_LEN = 16, 24
 
@@ -124,3 +124,21 @@ def test_bad_requests_name_the_argument():
   for bad in (dict(top_p=0.0), dict(top_p=1.5), dict(temperature=-1.0), dict(temperature=float("nan")), dict(top_k=-1)):
     with pytest.raises(ValueError, match=next(iter(bad))):
       gen.SamplingOptions(**bad)
+
+
+@pytest.mark.parametrize("layers", [("primal", "primal"), ("softmax", "primal")])
+def test_decode_step_past_max_len(layers):
+  """Past max_len decode_step raises as the full forward does (issue 18.5: it returned NaN logits silently).
+
+  Under jit the position is traced: the whole chunk that crosses max_len comes out NaN, by design.
+  """
+  model, params = _lm(layers)
+  cache = init_cache(model, 2)
+  logits, cache = decode_step(model, params, cache, jnp.ones((2, MAX_LEN - 1), jnp.int32))
+  assert bool(jnp.all(jnp.isfinite(logits)))
+  with pytest.raises(ValueError, match="max_len"):
+    decode_step(model, params, cache, jnp.ones((2, 2), jnp.int32))  # positions 23, 24: 24 is past the end
+  logits, _ = jax.jit(functools.partial(decode_step, model))(params, cache, jnp.ones((2, 2), jnp.int32))
+  assert bool(jnp.all(jnp.isnan(logits)))
+  logits, cache = decode_step(model, params, cache, jnp.ones((2, 1), jnp.int32))  # the last position is fine
+  assert bool(jnp.all(jnp.isfinite(logits)))

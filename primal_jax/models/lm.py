@@ -6,6 +6,8 @@ softmax layers from a key/value cache of `max_len` positions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
@@ -42,7 +44,12 @@ class CausalLM(nn.Module):
     positions = (start + jnp.arange(length))[None, :]
     x = TokenEmbedding(self.config, name="embed")(tokens, positions, deterministic)
     x = TransformerStack(self.config, causal=True, decode=self.decode, name="decoder")(x, mask, deterministic)
-    return dense(self.config, self.config.vocab_size, self.config.dim, ("embed", "vocab"), "lm_head")(x)
+    logits = dense(self.config, self.config.vocab_size, self.config.dim, ("embed", "vocab"), "lm_head")(x)
+    if self.decode:
+      # A traced position cannot raise (decode_step raises when it is concrete): a chunk reaching past
+      # max_len has no position embedding and would have shifted the softmax caches, so all of it is NaN.
+      logits = jnp.where(start + length <= self.config.max_len, logits, jnp.nan)
+    return logits
 
 
 def init_cache(model: CausalLM, batch_size: int) -> dict:
@@ -54,6 +61,18 @@ def init_cache(model: CausalLM, batch_size: int) -> dict:
 
 
 def decode_step(model: CausalLM, params, cache, tokens: jax.Array):
-  """Feeds T >= 1 new tokens [B, T]; returns (logits [B, T, vocab], new cache)."""
+  """Feeds T >= 1 new tokens [B, T]; returns (logits [B, T, vocab], new cache).
+
+  Raises ValueError when the tokens reach past `max_len` and the cache's position is concrete (an
+  eager call; it costs a device-to-host read of the position). Under `jit` such a chunk's logits are NaN.
+  """
+  position = cache.get("position") if isinstance(cache, Mapping) else None
+  if position is not None and not isinstance(position, jax.core.Tracer):
+    start, end = int(position), int(position) + tokens.shape[1]
+    if end > model.config.max_len:
+      raise ValueError(
+        f"tokens at positions {start}..{end - 1} exceed max_len={model.config.max_len} (the position table "
+        f"and the softmax key/value caches); start a new cache with init_cache"
+      )
   logits, updated = model.clone(decode=True).apply({"params": params, "cache": cache}, tokens, mutable=["cache"])
   return logits, updated["cache"]
