@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from primal_jax.data import pipeline
-from primal_jax.data.checks import check_positive_int
+from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get
 from primal_jax.data.pipeline import PAD_INDEX, Example
 
 
@@ -136,6 +137,25 @@ class Augmented(Sequence):
   def __getitem__(self, i):
     i = int(i)
     return self.augment(self.source[i], np.random.default_rng([self.seed, self.epoch, i]))
+
+
+def pipeline_from_config(
+  data_config: Any, info: DatasetInfo, splits: Mapping[str, Sequence[Example]], collate: Any, *,
+  process_index: int = 0, process_count: int = 1, augment: Any = None,
+) -> InputPipeline:  # fmt: skip
+  """The InputPipeline of a task whose splits are built: batch sizes and seed read from `data_config`."""
+  return InputPipeline(
+    info=info,
+    sources=types.MappingProxyType(dict(splits)),
+    transform=None,
+    batch_size=config_get(data_config, "batch_size"),
+    eval_batch_size=config_get(data_config, "eval_batch_size"),
+    seed=check_nonnegative_int(config_get(data_config, "seed", 0), "seed"),
+    process_index=process_index,
+    process_count=process_count,
+    collate=collate,
+    augment=augment,
+  )
 
 
 @dataclasses.dataclass(frozen=True)

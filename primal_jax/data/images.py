@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get
-from primal_jax.data.core import DatasetInfo, InputPipeline
+from primal_jax.data.checks import check_positive_int, config_get
+from primal_jax.data.core import DatasetInfo, InputPipeline, pipeline_from_config
 from primal_jax.data.fashion_mnist import FASHION_MNIST_CLASSES, fetch_fashion_mnist, load_fashion_mnist
 from primal_jax.data.image_augment import image_augment
 from primal_jax.data.lra_catalog import catalog_splits, holdout_tail
@@ -278,15 +278,12 @@ def make_image_pipeline(data_config: Any, *, process_index: int = 0, process_cou
     class_names=tuple(classes),
     image_shape=shape,
   )
-  return InputPipeline(
-    info=info,
-    sources=types.MappingProxyType(splits),
-    transform=None,
-    batch_size=config_get(data_config, "batch_size"),
-    eval_batch_size=config_get(data_config, "eval_batch_size"),
-    seed=check_nonnegative_int(config_get(data_config, "seed", 0), "seed"),
+  return pipeline_from_config(
+    data_config,
+    info,
+    splits,
+    ImageCollate(shape, mean, std),
     process_index=process_index,
     process_count=process_count,
-    collate=ImageCollate(shape, mean, std),
     augment=image_augment(config_get(data_config, "augment", None)),
   )

@@ -43,7 +43,7 @@ import numpy as np
 
 from primal_jax.data import gensim_enwiki
 from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get, require_keys
-from primal_jax.data.core import DatasetInfo, InputPipeline
+from primal_jax.data.core import DatasetInfo, InputPipeline, pipeline_from_config
 from primal_jax.data.pipeline import Example
 
 NAME = "text_bytes"
@@ -179,7 +179,7 @@ def make_text_bytes_pipeline(data_config: Any, *, process_index: int = 0, proces
   """
   require_keys(data_config, ("path", "seq_len", "batch_size", "eval_batch_size", "seed"), NAME)
   seq_len = check_positive_int(config_get(data_config, "seq_len"), "seq_len")
-  seed = check_nonnegative_int(config_get(data_config, "seed"), "seed")
+  check_nonnegative_int(config_get(data_config, "seed"), "seed")  # a clear error before any data is read
   splits = read_splits(source_path(data_config), seq_len)
   info = DatasetInfo(
     name=NAME,
@@ -191,14 +191,6 @@ def make_text_bytes_pipeline(data_config: Any, *, process_index: int = 0, proces
     class_names=CLASS_NAMES,
     vocab_size=VOCAB_SIZE,
   )
-  return InputPipeline(
-    info=info,
-    sources=types.MappingProxyType(splits),
-    transform=None,
-    batch_size=config_get(data_config, "batch_size"),
-    eval_batch_size=config_get(data_config, "eval_batch_size"),
-    seed=seed,
-    process_index=process_index,
-    process_count=process_count,
-    collate=NextTokenCollate(seq_len),
+  return pipeline_from_config(
+    data_config, info, splits, NextTokenCollate(seq_len), process_index=process_index, process_count=process_count
   )

@@ -23,7 +23,7 @@ import numpy as np
 
 from primal_jax.data.cache import cache_root, key_digest, sha256_file, write_atomically
 from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get, require_keys
-from primal_jax.data.core import DatasetInfo, InputPipeline
+from primal_jax.data.core import DatasetInfo, InputPipeline, pipeline_from_config
 from primal_jax.data.text_bytes import ByteWindows, NextTokenCollate
 
 NAME = "text_words"
@@ -82,7 +82,7 @@ def make_text_words_pipeline(data_config: Any, *, process_index: int = 0, proces
   """The text_words InputPipeline (module doc); keys as `text_bytes` (path is the WikiText directory)."""
   require_keys(data_config, ("path", "seq_len", "batch_size", "eval_batch_size", "seed"), NAME)
   seq_len = check_positive_int(config_get(data_config, "seq_len"), "seq_len")
-  seed = check_nonnegative_int(config_get(data_config, "seed"), "seed")
+  check_nonnegative_int(config_get(data_config, "seed"), "seed")  # a clear error before any data is read
   streams, vocabulary = load_streams(config_get(data_config, "path"))
   splits = {split: ByteWindows(ids, seq_len) for split, ids in streams.items()}
   info = DatasetInfo(
@@ -95,8 +95,6 @@ def make_text_words_pipeline(data_config: Any, *, process_index: int = 0, proces
     class_names=tuple(vocabulary),
     vocab_size=len(vocabulary),
   )
-  return InputPipeline(
-    info=info, sources=types.MappingProxyType(splits), transform=None,
-    batch_size=config_get(data_config, "batch_size"), eval_batch_size=config_get(data_config, "eval_batch_size"),
-    seed=seed, process_index=process_index, process_count=process_count, collate=NextTokenCollate(seq_len),
-  )  # fmt: skip
+  return pipeline_from_config(
+    data_config, info, splits, NextTokenCollate(seq_len), process_index=process_index, process_count=process_count
+  )

@@ -17,8 +17,7 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from primal_jax.data.checks import check_nonnegative_int, config_get
-from primal_jax.data.core import DatasetInfo, InputPipeline, TokenCollate
+from primal_jax.data.core import DatasetInfo, InputPipeline, TokenCollate, pipeline_from_config
 from primal_jax.data.pipeline import Example
 
 
@@ -55,14 +54,11 @@ def token_pipeline(
     class_names=tuple(class_names),
     vocab_size=vocab_size,
   )
-  return InputPipeline(
-    info=info,
-    sources=types.MappingProxyType(dict(splits)),
-    transform=None,
-    batch_size=config_get(data_config, "batch_size"),
-    eval_batch_size=config_get(data_config, "eval_batch_size"),
-    seed=check_nonnegative_int(config_get(data_config, "seed", 0), "seed"),
+  return pipeline_from_config(
+    data_config,
+    info,
+    splits,
+    TokenCollate(seq_len, vocab_size, pairs),
     process_index=process_index,
     process_count=process_count,
-    collate=TokenCollate(seq_len, vocab_size, pairs),
   )
