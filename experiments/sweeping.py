@@ -52,17 +52,25 @@ PROTOCOLS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
     ),
     # Offline RL: the config's own protocol (rollouts on validation env seeds select, test seeds report once).
     "rollouts": types.MappingProxyType({}),
+    # The config's own held-out validation split selects, test is evaluated once on that state (vision `short`).
+    "own_validation": types.MappingProxyType({}),
   }
 )
 # The summary entry holding each protocol's test accuracy.
 PROTOCOL_METRIC: Mapping[str, str] = types.MappingProxyType(
-  {"release": "best_test", "honest": "test_at_best_validation", "rollouts": "test_at_best_validation"}
+  {
+    "release": "best_test",
+    "honest": "test_at_best_validation",
+    "rollouts": "test_at_best_validation",
+    "own_validation": "test_at_best_validation",
+  }
 )
 PROTOCOL_TITLE: Mapping[str, str] = types.MappingProxyType(
   {
     "release": "release: best test over epochs",
     "honest": "honest: test at best validation",
     "rollouts": "normalised score on test env seeds at the best validation rollouts",
+    "own_validation": "test at the best validation (the config's own split)",
   }
 )
 RESULT_FILE = "result.json"

@@ -1,0 +1,45 @@
+r"""Vision sweep on Fashion-MNIST (offline): DeiT vs Primal.+DeiT (paper Table 5's comparison, `short` size).
+
+  python -m experiments.sweep --sweep=experiments/sweeps/vit.py --workdir=$PWD/experiments/results/vit/sweep
+
+Tables (`--only=` picks some):
+  fashion_mnist: DeiT (softmax in every block) and Primal.+DeiT (the last block the release's CV Primal
+    layer, s = 8, eta 0.05), `seeds` seeds each, the `short` config of experiments/configs/vit.py
+    (4 blocks, width 64, 3,000 steps).
+Protocol "own_validation": the config's 10% held-out tail of train selects (every 1,000 steps), the test
+split is evaluated once on the selected state. The paper's column is ImageNet-100 top-1 (DeiT-S/16), shown
+for direction only.
+
+Arguments (`--sweep=experiments/sweeps/vit.py:seeds=3`): seeds (3); smoke: seconds-long runs (tests).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from experiments.sweeping import Cell, Run, Sweep
+from primal_jax.training.config_args import parse_config_arg
+
+_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "vit.py"
+MODELS = (("DeiT", "deit", 74.2), ("Primal.+DeiT", "primal_plus", 75.7))  # paper Table 5, ImageNet-100 top-1
+TITLES = {"fashion_mnist": "Fashion-MNIST (embedded data): DeiT vs Primal.+DeiT"}
+
+
+def get_sweep(arg: str | None = None) -> Sweep:
+  args = parse_config_arg(arg, {"seeds": 3, "smoke": False})
+  config = os.path.relpath(_CONFIG)
+  size = "short,smoke" if args["smoke"] else "short"
+  runs = [
+    Run(
+      f"{config}:model={model},{size}",
+      Cell("fashion_mnist", (("dataset", "fashion_mnist"), ("model", label)), paper),
+      seed,
+      "own_validation",
+      {"checkpoint_on_eval": True},
+    )
+    for seed in range(args["seeds"])
+    for label, model, paper in MODELS
+  ]
+  notes = f"{size} runs; see experiments/sweeps/vit.py. Values: top-1 test accuracy (%), 10,000 test images."
+  return Sweep(tuple(runs), titles=TITLES, notes=notes)
