@@ -209,11 +209,14 @@ def _smoke_config(folder, **model):
 
 @pytest.mark.slow  # ~40 s on 2 shared CPU cores (compiles)
 def test_smoke_training_run_and_its_spectrum(folder, tmp_path):
-  """The train loop on the smoke config, then Figure 1's tool on the run: the softmax block's attention and the
-  Primal block's induced kernel over the N = 17 tokens, per layer."""
+  """The train loop on the smoke config (Mixup/CutMix soft targets), then Figure 1's tool on the run: the softmax
+  block's attention and the Primal block's induced kernel over the N = 17 tokens, per layer."""
   from experiments.spectrum import analyze
 
-  summary = train_and_evaluate(_smoke_config(folder), tmp_path / "run", print_fn=lambda _: None)
+  config = _smoke_config(folder)
+  with config.unlocked():  # DeiT's soft targets, end to end
+    config.data.mix = dict(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1)
+  summary = train_and_evaluate(config, tmp_path / "run", print_fn=lambda _: None)
   assert summary["steps"] == 4 and 0.0 <= summary["test_at_best_validation"]["accuracy"] <= 1.0
   result = analyze([str(tmp_path / "run")], tmp_path / "spectrum", num_examples=3, print_fn=lambda _: None)
   layers = {layer["name"]: layer for layer in result["runs"][0]["layers"]}

@@ -21,8 +21,10 @@ restricted to CMC's 100 classes (`primal_jax.data.images.IMAGENET_100_CLASSES`);
 Without selection on the reported split: --config.data.val_fraction=0.05 --config.best_metric=validation/accuracy
 --config.test_eval=best_validation (a held-out tail of train for selection, val/ evaluated once).
 Augmentation: DeiT's random resized crop (bicubic), flip (0.5), RandAugment (rand-m9-mstd0.5-inc1) and random
-erasing (0.25) on the training images (`data.augment`). Where we differ: Mixup/CutMix with label smoothing 0.1,
-repeated augmentation and the model EMA are not implemented yet (colour jitter is off in DeiT with RandAugment).
+erasing (0.25) on the training images (`data.augment`), and Mixup 0.8 / CutMix 1.0 (switch 0.5) with label
+smoothing 0.1 on the training batches (`data.mix`, soft targets; `primal_jax.data.label_mixing`). Where we
+differ: repeated augmentation and the model EMA are not implemented (colour jitter is off in DeiT with
+RandAugment). `short` and `smoke` have no `data.mix` section (no mixing, hard labels).
 
 Fine-tuning from pretrained DeiT weights (convert them with `python -m primal_jax.convert timm
 deit_small_patch16_224-cd65a155.pth /tmp/deit_s --model=deit_small_patch16_224`):
@@ -82,6 +84,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     eval_batch_size=256,
     seed=0,
   )
+  if not (args["short"] or args["smoke"]):  # DeiT's batch mixing; `short` keeps hard labels (no section at all)
+    config.data.mix = dict(mixup_alpha=0.8, cutmix_alpha=1.0, prob=1.0, switch_prob=0.5, label_smoothing=0.1)
   stack = "softmax" if args["model"] == "deit" else args["model"]
   config.model = dict(
     name="vit",

@@ -70,6 +70,9 @@ class InputPipeline:
   # (seed, epoch, example index), so an example's augmentation depends on nothing else (batch, host count,
   # resumption). Evaluation splits are never augmented.
   augment: Any = None
+  # Training-time batch mixing: mix(batch, rng) -> batch (Mixup/CutMix with soft "label_probs"), rng seeded
+  # by (seed, epoch, batch index in the epoch, process index), so a resumed epoch mixes its batches alike.
+  batch_mix: Any = None
 
   def __post_init__(self) -> None:
     pipeline.local_batch_size(self.batch_size, self.process_count)  # validates divisibility
@@ -114,7 +117,13 @@ class InputPipeline:
     if isinstance(start, bool) or not isinstance(start, int | np.integer) or not 0 <= start <= self.steps_per_epoch:
       raise ValueError(f"start must be an integer in [0, steps_per_epoch={self.steps_per_epoch}], got {start!r}")
     order = pipeline.train_order(len(self.sources["train"]), self.batch_size, seed=self.seed, epoch=epoch)
-    return self._batches("train", order[int(start) * self.batch_size :], self.batch_size, epoch=int(epoch))
+    batches = self._batches("train", order[int(start) * self.batch_size :], self.batch_size, epoch=int(epoch))
+    if self.batch_mix is None:
+      return batches
+    return (
+      self.batch_mix(batch, np.random.default_rng([self.seed, int(epoch), int(start) + i, self.process_index]))
+      for i, batch in enumerate(batches)
+    )
 
   def eval_batches(self, split: str) -> Iterator[dict[str, np.ndarray]]:
     """The `num_eval_batches(split)` local batches of `split`, in file order, each example exactly once."""
@@ -141,7 +150,7 @@ class Augmented(Sequence):
 
 def pipeline_from_config(
   data_config: Any, info: DatasetInfo, splits: Mapping[str, Sequence[Example]], collate: Any, *,
-  process_index: int = 0, process_count: int = 1, augment: Any = None,
+  process_index: int = 0, process_count: int = 1, augment: Any = None, batch_mix: Any = None,
 ) -> InputPipeline:  # fmt: skip
   """The InputPipeline of a task whose splits are built: batch sizes and seed read from `data_config`."""
   return InputPipeline(
@@ -155,6 +164,7 @@ def pipeline_from_config(
     process_count=process_count,
     collate=collate,
     augment=augment,
+    batch_mix=batch_mix,
   )
 
 

@@ -10,7 +10,7 @@ Written here rather than taken from a library: the box sampling follows torchvis
 `RandomErasing` (count 1), on NumPy arrays so the pipeline needs no torch; Pillow does the bicubic resize.
 (dm-pix works on device arrays inside jit, which would move augmentation into the training step.)
 Differences from timm: erased pixels are uniform uint8 noise before normalisation (timm's "pixel" mode draws
-N(0, 1) after it). Not here: Mixup/CutMix with label smoothing (they need soft labels in the objective).
+N(0, 1) after it). Mixup/CutMix and label smoothing act on whole batches: `primal_jax.data.label_mixing`.
 """
 
 from __future__ import annotations

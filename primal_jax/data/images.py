@@ -17,8 +17,9 @@ Datasets (`data.dataset`):
 Without a validation split, the tail `data.val_fraction` of train is held out (LRA's rule), so model
 selection never looks at test. Pixels become (x / 255 - mean) / std per channel (`data.mean`, `data.std`:
 0.5 by default; DeiT's ImageNet values are (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225)).
-Training images may be augmented (`data.augment`: random resized crop, flip, random erasing; all off by
-default; `image_augment`), deterministically per (seed, epoch, example).
+Training images may be augmented (`data.augment`: random resized crop, flip, RandAugment, random erasing;
+all off by default; `image_augment`), deterministically per (seed, epoch, example), and training batches
+mixed (`data.mix`: Mixup, CutMix, label smoothing; off by default; `label_mixing`), per (seed, epoch, batch).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from primal_jax.data.checks import check_positive_int, config_get
 from primal_jax.data.core import DatasetInfo, InputPipeline, pipeline_from_config
 from primal_jax.data.fashion_mnist import FASHION_MNIST_CLASSES, fetch_fashion_mnist, load_fashion_mnist
 from primal_jax.data.image_augment import image_augment
+from primal_jax.data.label_mixing import label_mixing
 from primal_jax.data.lra_catalog import catalog_splits, holdout_tail
 from primal_jax.data.lra_image import CIFAR10_CLASSES
 from primal_jax.data.pipeline import PAD_INDEX, Example
@@ -286,4 +288,5 @@ def make_image_pipeline(data_config: Any, *, process_index: int = 0, process_cou
     process_index=process_index,
     process_count=process_count,
     augment=image_augment(config_get(data_config, "augment", None)),
+    batch_mix=label_mixing(config_get(data_config, "mix", None), len(classes)),
   )

@@ -7,7 +7,8 @@ rows, a short last batch or the split of a batch over hosts never bias a metric.
 regulariser is not part of an objective: the steps add it for whichever model sows KSVD terms.
 
 Batch contracts (every weight is 1 for a real unit, 0 for padding):
-  classification  label int32 [b], weight float32 [b]; outputs: logits [b, classes].
+  classification  label int32 [b], weight float32 [b], optionally label_probs float32 [b, classes]
+                  (soft targets: Mixup/CutMix, label smoothing); outputs: logits [b, classes].
   regression      targets float32 [b, T, d] (or [b, d]), weight float32 [b, T] (or [b]);
                   outputs: predictions shaped like targets.
   next_token      targets int32 [b, T] (the inputs shifted by one), weight float32 [b, T];
@@ -100,7 +101,11 @@ class Objective:
 
 @dataclasses.dataclass(frozen=True)
 class Classification(Objective):
-  """Weighted softmax cross-entropy over examples; accuracy."""
+  """Weighted softmax cross-entropy over examples; accuracy.
+
+  With `label_probs` in the batch (soft targets from `primal_jax.data.label_mixing`) the loss is the
+  cross-entropy against those distributions; accuracy still counts the argmax against `label`.
+  """
 
   name: ClassVar[str] = "classification"
   batch_keys: ClassVar[tuple[str, ...]] = ("label", "weight")
@@ -113,7 +118,13 @@ class Classification(Objective):
     weight = batch["weight"].astype(jnp.float32)  # [b]
     if logits.ndim != 2 or weight.shape != logits.shape[:1]:
       raise ValueError(f"classification needs logits [b, classes] and weight [b], got {logits.shape}, {weight.shape}")
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])  # [b]
+    if "label_probs" in batch:
+      probs = batch["label_probs"].astype(jnp.float32)  # [b, classes]
+      if probs.shape != logits.shape:
+        raise ValueError(f"classification: label_probs {probs.shape} must be shaped like the logits {logits.shape}")
+      ce = optax.softmax_cross_entropy(logits, probs)  # [b]
+    else:
+      ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])  # [b]
     correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)  # [b]
     return Sums(jnp.sum(ce * weight), jnp.sum(weight), {"correct_sum": jnp.sum(correct * weight)})
 
