@@ -6,6 +6,8 @@ Tables (`--only=` picks some):
   fashion_mnist: DeiT (softmax in every block) and Primal.+DeiT (the last block the release's CV Primal
     layer, s = 8, eta 0.05), `seeds` seeds each, the `short` config of experiments/configs/vit.py
     (4 blocks, width 64, 3,000 steps).
+  eta0: Primal.+DeiT with eta = 0 (no KSVD loss), seed 0: with seed 0 of the two above, the runs of
+    Figure 1's comparison (`python -m experiments.spectrum`, docs/results.md).
 Protocol "own_validation": the config's 10% held-out tail of train selects (every 1,000 steps), the test
 split is evaluated once on the selected state. The paper's column is ImageNet-100 top-1 (DeiT-S/16), shown
 for direction only.
@@ -23,7 +25,10 @@ from primal_jax.training.config_args import parse_config_arg
 
 _CONFIG = Path(__file__).resolve().parents[1] / "configs" / "vit.py"
 MODELS = (("DeiT", "deit", 74.2), ("Primal.+DeiT", "primal_plus", 75.7))  # paper Table 5, ImageNet-100 top-1
-TITLES = {"fashion_mnist": "Fashion-MNIST (embedded data): DeiT vs Primal.+DeiT"}
+TITLES = {
+  "fashion_mnist": "Fashion-MNIST (embedded data): DeiT vs Primal.+DeiT",
+  "eta0": "Fashion-MNIST (embedded data): Primal.+DeiT without the KSVD loss",
+}
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
@@ -41,5 +46,9 @@ def get_sweep(arg: str | None = None) -> Sweep:
     for seed in range(args["seeds"])
     for label, model, paper in MODELS
   ]
+  eta0 = Cell("eta0", (("dataset", "fashion_mnist"), ("model", "Primal.+DeiT"), ("eta", "0")), None)
+  runs.append(
+    Run(f"{config}:model=primal_plus,{size}", eta0, 0, "own_validation", {"checkpoint_on_eval": True, "ksvd.eta": 0.0})
+  )
   notes = f"{size} runs; see experiments/sweeps/vit.py. Values: top-1 test accuracy (%), 10,000 test images."
   return Sweep(tuple(runs), titles=TITLES, notes=notes)
