@@ -20,6 +20,7 @@ an emptied workdir (its best-validation state, needed for the honest protocol, w
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import fcntl
@@ -110,12 +111,17 @@ class Run:
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
-  """A sweep file's grid. `titles`: table name -> heading; `plot(rows, out_dir)` -> written paths."""
+  """A sweep file's grid. `titles`: table name -> heading; `plot(rows, out_dir)` -> written paths.
+
+  `value_name` says what the tables' numbers are and `digits` how many decimals they show.
+  """
 
   runs: tuple[Run, ...]
   titles: Mapping[str, str] = dataclasses.field(default_factory=dict)
   plot: Callable[[list[Row], Path], list[Path]] | None = None
   notes: str = ""
+  value_name: str = "Accuracy (%) on the test split"
+  digits: int = 1
 
 
 @dataclasses.dataclass
@@ -171,10 +177,22 @@ def load_sweep(spec: str | Path) -> Sweep:
   return module.get_sweep(arg or None)
 
 
+# Fields added to a config after runs of it were recorded, at the value that does what those runs did: at that
+# value they are left out of the hash, so the recorded runs keep their keys (and are not trained again).
+HASH_NEUTRAL: Mapping[str, Any] = types.MappingProxyType({"data.missing": "raise"})
+
+
 def config_hash(config) -> str:
   """sha256 prefix of the config's canonical JSON (sorted keys, tuples as lists), so a config and its
-  `config.json` round trip hash alike; equal iff every setting is equal."""
-  tree = config.to_dict() if hasattr(config, "to_dict") else config
+  `config.json` round trip hash alike; equal iff every setting is equal (`HASH_NEUTRAL` fields aside)."""
+  tree = copy.deepcopy(config.to_dict() if hasattr(config, "to_dict") else config)
+  for key, neutral in HASH_NEUTRAL.items():
+    *parents, leaf = key.split(".")
+    node = tree
+    for part in parents:
+      node = node.get(part) if isinstance(node, Mapping) else None
+    if isinstance(node, Mapping) and leaf in node and node[leaf] == neutral:
+      del node[leaf]
   canonical = json.dumps(tree, sort_keys=True, separators=(",", ":"), default=str)
   return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -399,11 +417,14 @@ def run_sweep(
 
 
 def summary_value(summary: dict, protocol: str) -> float | None:
-  """The number a table shows for a run: test accuracy in %, or the D4RL normalised score (None if missing)."""
+  """The number a table shows for a run: test accuracy in %, the D4RL normalised score or test bits per byte
+  (language models), None if missing."""
   entry = summary.get(PROTOCOL_METRIC[protocol])
   if entry is None:
     return None
-  return 100.0 * entry["accuracy"] if "accuracy" in entry else float(entry["normalized_score"])
+  if "accuracy" in entry:
+    return 100.0 * entry["accuracy"]
+  return float(entry["normalized_score"] if "normalized_score" in entry else entry["bits_per_byte"])
 
 
 def _result_line(planned: PlannedRun, summary: dict) -> str:
@@ -468,10 +489,10 @@ def stored_rows(workdir: str | Path) -> list[Row]:
   return rows
 
 
-def _fmt(row: Row | None) -> str:
+def _fmt(row: Row | None, digits: int = 1) -> str:
   if row is None or not row.n:
     return "-"
-  return f"{row.mean:.1f}" if row.n < 2 else f"{row.mean:.1f} ± {row.std:.1f}"
+  return f"{row.mean:.{digits}f}" if row.n < 2 else f"{row.mean:.{digits}f} ± {row.std:.{digits}f}"
 
 
 def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) -> str:
@@ -492,7 +513,7 @@ def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) 
       values = [labels.get(c, "") for c in columns] + ["-" if cell.paper is None else f"{cell.paper:.1f}"]
       for p in protocols:
         row = by_cell[cell].get(p)
-        values += [_fmt(row), f"{row.n}/{row.planned}" if row else "-"]
+        values += [_fmt(row, sweep.digits), f"{row.n}/{row.planned}" if row else "-"]
       out.append("| " + " | ".join(values) + " |")
     out.append("")
   if walls:
@@ -502,7 +523,7 @@ def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) 
       "data loading and, in subprocess mode, process start included)."
     )
   out.append(
-    "Accuracy (%) on the test split, mean ± sample std (ddof=1) over seeds; n = finished/planned seeds. "
+    f"{sweep.value_name}, mean ± sample std (ddof=1) over seeds; n = finished/planned seeds. "
     + " ".join(f"{PROTOCOL_TITLE[p]}: summary `{PROTOCOL_METRIC[p]}`." for p in protocols)
   )
   if sweep.notes:

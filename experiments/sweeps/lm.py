@@ -1,0 +1,55 @@
+r"""Byte-level language modelling on the embedded Wikipedia text (gensim's enwiki extract): Transformer vs
+Primal.+Trans. vs PrimalFormer, the `short` config of experiments/configs/lm.py.
+
+  python -m experiments.sweep --sweep=experiments/sweeps/lm.py --workdir=$PWD/experiments/results/lm/sweep
+
+Tables (`--only=` picks some):
+  enwiki: softmax, primal_plus (last layer causal Primal, eta 0.1) and primalformer (every layer Primal),
+    `seeds` seeds each; seed 0 of all three first, so a partial sweep already compares the models.
+  eta0: primal_plus and primalformer without the KSVD loss (eta = 0), seed 0.
+Protocol "own_validation": validation bits per byte (every 500 steps) selects, test is evaluated once on
+that state, over the whole split in contiguous 128-byte windows. The paper's column is the release README's
+WikiText-103 test perplexity (word level, 6 layers; Transformer 33.0, Primal.+Trans. 31.0), not comparable
+in level: direction only.
+
+Arguments (`--sweep=experiments/sweeps/lm.py:seeds=3`): seeds (3); smoke: seconds-long runs (tests).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from experiments.sweeping import Cell, Run, Sweep
+from primal_jax.training.config_args import parse_config_arg
+
+_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "lm.py"
+MODELS = (
+  ("Trans. (softmax)", "softmax", 33.0),
+  ("Primal.+Trans.", "primal_plus", 31.0),
+  ("PrimalFormer", "primalformer", None),
+)
+TITLES = {
+  "enwiki": "Embedded Wikipedia text, byte level: test bits per byte",
+  "eta0": "Embedded Wikipedia text, byte level: Primal layers without the KSVD loss",
+}
+
+
+def get_sweep(arg: str | None = None) -> Sweep:
+  args = parse_config_arg(arg, {"seeds": 3, "smoke": False})
+  config = os.path.relpath(_CONFIG)
+  size = "smoke" if args["smoke"] else "short"
+  common = {"checkpoint_on_eval": True}
+
+  def run(table, label, model, seed, paper, eta=None):
+    labels = (("model", label),) + ((("eta", str(eta)),) if eta is not None else ())
+    arg = f"model={model},{size}" + (f",eta={eta}" if eta is not None else "")
+    return Run(f"{config}:{arg}", Cell(table, labels, paper), seed, "own_validation", common)
+
+  runs = [run("enwiki", label, model, seed, paper) for seed in range(args["seeds"]) for label, model, paper in MODELS]
+  runs += [run("eta0", label, model, 0, None, eta=0.0) for label, model, _ in MODELS[1:]]
+  notes = (
+    f"{size} runs; see experiments/sweeps/lm.py. Values: test bits per byte (lower is better) at the best "
+    "validation state; the paper column is the release's WikiText-103 test perplexity (direction only)."
+  )
+  return Sweep(tuple(runs), titles=TITLES, notes=notes, value_name="Test bits per byte", digits=3)
