@@ -11,8 +11,9 @@ A generated table sits between two markers, each on a line of its own, in a Mark
 
 The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/)
 or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself), `decoding:<dir>` (the decoding
-benchmark's JSON in benchmarks/results/<dir>/) or `d4rl:<table>` (a table of
-experiments/sweeps/d4rl.py, from the run records in experiments/results/d4rl/sweep/). Sources: the UEA sweep's run
+benchmark's JSON in benchmarks/results/<dir>/), or `d4rl:<table>`, `vit:<table>`, `lm:<table>` (a table of
+experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/,
+`experiments.sweep_tables`). Sources: the UEA sweep's run
 records (experiments/results/uea/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).
 `tests/test_docs_tables.py` runs the check, so a result file or a model that changes without its table fails CI.
@@ -25,8 +26,11 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from experiments.sweep_tables import d4rl_sweep, lm_sweep, mean_std, vit_sweep
+from experiments.sweep_tables import markdown_table as _markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -47,13 +51,6 @@ MARKER = re.compile(
   r"^<!-- table:(?P<name>[\w:./-]+) begin -->\n(?P<body>.*?)^<!-- table:(?P=name) end -->$", re.S | re.M
 )
 BEGIN = re.compile(r"^<!-- table:([\w:./-]+) begin -->$", re.M)
-
-
-def _markdown(header: Sequence[str], rows: Iterable[Sequence[str]], numeric_from: int = 1) -> str:
-  lines = ["| " + " | ".join(header) + " |"]
-  lines.append("|" + "|".join("---:" if i >= numeric_from else "---" for i in range(len(header))) + "|")
-  lines += ["| " + " | ".join(row) + " |" for row in rows]
-  return "\n".join(lines)
 
 
 def _link(path: Path, base: Path, text: str | None = None) -> str:
@@ -80,13 +77,6 @@ def _uea_rows():
   return {(row.cell.table, row.cell.labels, row.protocol): row for row in rows}
 
 
-def _mean_std(row) -> str:
-  if row is None or not row.n:
-    return "-"
-  text = f"{row.mean:.1f}" if row.n < 2 else f"{row.mean:.1f} ± {row.std:.1f}"
-  return text if row.n == 3 else f"{text} (n = {row.n})"
-
-
 def _uea_table(cells: Sequence[tuple[str, tuple, str]], columns: Sequence[str], paper: bool = True) -> str:
   rows = _uea_rows()
   body = []
@@ -96,7 +86,7 @@ def _uea_table(cells: Sequence[tuple[str, tuple, str]], columns: Sequence[str], 
       raise ValueError(f"no UEA runs for {table} {labels}")
     cell = (release or honest).cell
     paper_cell = ["-" if cell.paper is None else f"{cell.paper:.1f}"] if paper else []
-    body.append([*title.split(" | "), *paper_cell, _mean_std(release), _mean_std(honest)])
+    body.append([*title.split(" | "), *paper_cell, mean_std(release), mean_std(honest)])
   protocols = ["ours, release protocol", "ours, honest protocol"]
   header = [*columns, *(["paper"] if paper else []), *protocols]
   return _markdown(header, body, numeric_from=len(columns))
@@ -123,30 +113,6 @@ def uea_basicmotions(base: Path) -> str:
   models = ("Trans.", "PrimalFormer", "Primal.+Trans.")
   cells = [("basicmotions", (("dataset", "BasicMotions"), ("model", m)), m) for m in models]
   return _uea_table(cells, ["BasicMotions"], paper=False)
-
-
-# --- D4RL (the offline-RL sweep's run records, experiments/results/d4rl/sweep/)
-
-
-def d4rl_sweep(table: str, base: Path) -> str:
-  """One sweep table: the paper's score (D4RL data), ours (embedded data) and the dataset's own mean score."""
-  from experiments.sweeping import stored_rows
-
-  rows = [row for row in stored_rows(RESULTS / "d4rl" / "sweep") if row.cell.table == table]
-  if not rows:
-    raise ValueError(f"no finished runs of table {table!r} in {RESULTS / 'd4rl' / 'sweep' / 'runs'}")
-  datasets = _load(RESULTS / "d4rl" / "datasets.json")
-  body = []
-  for row in rows:
-    labels = dict(row.cell.labels)
-    data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
-    setting = ", ".join(f"{k} {v}" for k, v in labels.items() if k not in ("env", "dataset", "model")) or "release"
-    paper = "-" if row.cell.paper is None else f"{row.cell.paper:.1f}"
-    minutes = _minutes(sum(row.wall_seconds) / row.n)
-    body.append([labels["env"], labels["dataset"], labels["model"], setting, paper, _mean_std(row), minutes])
-    body[-1].insert(4, f"{data['normalized_score']:.1f}")
-  header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
-  return _markdown(header, body, numeric_from=4)
 
 
 # --- LRA
@@ -373,6 +339,8 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "spectrum": spectrum,
   "benchmark": benchmark,
   "d4rl": d4rl_sweep,
+  "vit": vit_sweep,
+  "lm": lm_sweep,
   "decoding": decoding,
 }
 

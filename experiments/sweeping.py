@@ -153,6 +153,7 @@ class Row:
   accuracies: tuple[float, ...]
   planned: int
   wall_seconds: tuple[float, ...]
+  keys: tuple[str, ...] = ()  # the runs' directories under runs/ (stored_rows), in seed order
 
   @property
   def n(self) -> int:
@@ -484,6 +485,7 @@ def stored_rows(workdir: str | Path) -> list[Row]:
         tuple(summary_value(r["summary"], protocol) for r in results),
         planned=len(results),
         wall_seconds=tuple(r["wall_seconds"] for r in results),
+        keys=tuple(r["key"] for r in results),
       )
     )
   return rows

@@ -1,0 +1,116 @@
+"""The docs tables that restate a sweep's run records (experiments/results/<family>/sweep/runs/*/result.json).
+
+`experiments.docs_tables` renders them under the names `d4rl:<table>`, `vit:<table>` and `lm:<table>`; each
+reads the finished runs' own records (`experiments.sweeping.stored_rows`), so a table survives changes of
+the sweep file or the configs, and a run still in progress is simply not counted yet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric_from: int = 1) -> str:
+  """A Markdown table, columns from `numeric_from` on right-aligned."""
+  align = ["---" if i < numeric_from else "---:" for i in range(len(header))]
+  lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+  return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def mean_std(row, digits: int = 1, full: int = 3) -> str:
+  """'mean ± std' over the row's seeds, '(n = k)' when fewer than `full` finished."""
+  if row is None or not row.n:
+    return "-"
+  text = f"{row.mean:.{digits}f}" if row.n < 2 else f"{row.mean:.{digits}f} ± {row.std:.{digits}f}"
+  return text if row.n == full else f"{text} (n = {row.n})"
+
+
+def _minutes(seconds: float) -> str:
+  return f"{seconds / 60:.1f} min"
+
+
+def _rows(family: str, table: str, order: Sequence[str] = ()) -> list:
+  from experiments.sweeping import stored_rows
+
+  folder = RESULTS / family / "sweep"
+  rows = [row for row in stored_rows(folder) if row.cell.table == table]
+  if not rows:
+    raise ValueError(f"no finished runs of table {table!r} in {folder / 'runs'}")
+  rank = {name: i for i, name in enumerate(order)}
+  return sorted(rows, key=lambda row: rank.get(dict(row.cell.labels).get("model"), len(rank)))
+
+
+def _setting(labels: dict, skip: Sequence[str], default: str = "-") -> str:
+  return ", ".join(f"{k} {v}" for k, v in labels.items() if k not in skip) or default
+
+
+def _paper(row) -> str:
+  return "-" if row.cell.paper is None else f"{row.cell.paper:.1f}"
+
+
+def d4rl_sweep(table: str, base: Path) -> str:
+  """One offline-RL table: the paper's score (D4RL data), ours (embedded data) and the dataset's own score."""
+  datasets = json.loads((RESULTS / "d4rl" / "datasets.json").read_text())
+  body = []
+  for row in sorted(_rows("d4rl", table), key=lambda row: row.cell.labels):
+    labels = dict(row.cell.labels)
+    data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
+    setting = _setting(labels, ("env", "dataset", "model"), default="release")
+    body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
+    body[-1] += [_paper(row), mean_std(row), _minutes(sum(row.wall_seconds) / row.n)]
+  header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
+  return markdown_table(header, body, numeric_from=4)
+
+
+def vit_sweep(table: str, base: Path) -> str:
+  """One vision table: top-1 test accuracy (%) on Fashion-MNIST beside the paper's ImageNet-100 top-1."""
+  body = []
+  for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
+    labels = dict(row.cell.labels)
+    body.append([labels["model"], _setting(labels, ("dataset", "model")), _paper(row), mean_std(row)])
+    body[-1].append(_minutes(sum(row.wall_seconds) / row.n))
+  header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run"]
+  return markdown_table(header, body, numeric_from=2)
+
+
+def training_tokens_per_second(run_dir: Path) -> float:
+  """Median training throughput of a run in tokens per second, from its metrics.jsonl and config.json.
+
+  Uses the intervals between consecutive logged training steps, leaving out the first (it includes
+  compilation) and any interval with an evaluation in it; tokens per step = batch_size * seq_len.
+  """
+  config = json.loads((run_dir / "config.json").read_text())
+  tokens_per_step = int(config["data"]["batch_size"]) * int(config["data"]["seq_len"])
+  records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+  rates, previous = [], None
+  for record in records:
+    if record["prefix"] != "train":
+      previous = None  # an evaluation ran since the previous training record
+      continue
+    if previous is not None and record["step"] > previous["step"]:
+      seconds = record["wall_time"] - previous["wall_time"]
+      rates.append((record["step"] - previous["step"]) * tokens_per_step / seconds)
+    previous = record
+  if len(rates) < 2:
+    raise ValueError(f"{run_dir / 'metrics.jsonl'}: too few logged training intervals for a throughput")
+  return float(np.median(rates[1:]))
+
+
+def lm_sweep(table: str, base: Path) -> str:
+  """One language-modelling table: test bits per byte and training tokens/s, beside the release's WikiText-103
+  test perplexity (word level, a different scale: direction only)."""
+  body = []
+  for row in _rows("lm", table, ("Trans. (softmax)", "Primal.+Trans.", "PrimalFormer")):
+    labels = dict(row.cell.labels)
+    speeds = [training_tokens_per_second(RESULTS / "lm" / "sweep" / "runs" / key) for key in row.keys]
+    body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
+    body[-1] += [f"{np.mean(speeds):,.0f}", _minutes(sum(row.wall_seconds) / row.n)]
+  header = ["model", "setting", "paper (WikiText-103 ppl)", "ours (test bits/byte)", "train tokens/s", "time/run"]
+  return markdown_table(header, body, numeric_from=2)

@@ -1,0 +1,40 @@
+"""The sweep-derived docs tables (experiments.sweep_tables): throughput from a run's own records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.sweep_tables import mean_std, training_tokens_per_second
+from experiments.sweeping import Cell, Row
+
+
+def _write_run(run_dir, records):
+  run_dir.mkdir()
+  (run_dir / "config.json").write_text(json.dumps({"data": {"batch_size": 4, "seq_len": 8}}))
+  (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+
+
+def test_tokens_per_second_skips_compilation_and_evaluations(tmp_path):
+  train = lambda step, t: {"step": step, "prefix": "train", "wall_time": t, "scalars": {}}  # noqa: E731
+  records = [
+    train(10, 100.0),
+    train(20, 102.0),  # 10 steps x 32 tokens in 2 s: the first interval (compilation), left out
+    train(30, 103.0),  # 320 tokens/s
+    {"step": 30, "prefix": "validation", "wall_time": 109.0, "scalars": {}},
+    train(40, 110.0),  # the interval spanning the evaluation is left out
+    train(50, 111.0),  # 320
+    train(60, 112.5),  # 213.3
+  ]
+  _write_run(tmp_path / "run", records)
+  assert training_tokens_per_second(tmp_path / "run") == pytest.approx(320.0)
+  _write_run(tmp_path / "short", records[:2])
+  with pytest.raises(ValueError, match="too few"):
+    training_tokens_per_second(tmp_path / "short")
+
+
+def test_mean_std_marks_missing_seeds():
+  row = Row(Cell("t", (("model", "m"),), None), "own_validation", (1.0, 2.0), planned=2, wall_seconds=(1.0, 1.0))
+  assert mean_std(row) == "1.5 ± 0.7 (n = 2)"
+  assert mean_std(row, digits=3, full=2) == "1.500 ± 0.707"
