@@ -5,8 +5,9 @@ Primal.+Trans. vs PrimalFormer, the `short` config of experiments/configs/lm.py.
 
 Tables (`--only=` picks some):
   enwiki: softmax, primal_plus (last layer causal Primal, eta 0.1) and primalformer (every layer Primal),
-    `seeds` seeds each; seed 0 of all three first, so a partial sweep already compares the models.
-  eta0: primal_plus and primalformer without the KSVD loss (eta = 0), seed 0.
+    `seeds` seeds each.
+  eta0: primal_plus and primalformer without the KSVD loss (eta = 0), `seeds` seeds each.
+The runs go seed by seed (all five settings of seed 0 first), so a partial sweep already compares them.
 Protocol "own_validation": validation bits per byte (every 500 steps) selects, test is evaluated once on
 that state, over the whole split in contiguous 128-byte windows. The paper's column is the release README's
 WikiText-103 test perplexity (word level, 6 layers; Transformer 33.0, Primal.+Trans. 31.0), not comparable
@@ -46,8 +47,10 @@ def get_sweep(arg: str | None = None) -> Sweep:
     arg = f"model={model},{size}" + (f",eta={eta}" if eta is not None else "")
     return Run(f"{config}:{arg}", Cell(table, labels, paper), seed, "own_validation", common)
 
-  runs = [run("enwiki", label, model, seed, paper) for seed in range(args["seeds"]) for label, model, paper in MODELS]
-  runs += [run("eta0", label, model, 0, None, eta=0.0) for label, model, _ in MODELS[1:]]
+  runs = []
+  for seed in range(args["seeds"]):  # seed by seed: a partial sweep already compares every model
+    runs += [run("enwiki", label, model, seed, paper) for label, model, paper in MODELS]
+    runs += [run("eta0", label, model, seed, None, eta=0.0) for label, model, _ in MODELS[1:]]
   notes = (
     f"{size} runs; see experiments/sweeps/lm.py. Values: test bits per byte (lower is better) at the best "
     "validation state; the paper column is the release's WikiText-103 test perplexity (direction only)."
