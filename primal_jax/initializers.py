@@ -1,6 +1,7 @@
 """Initialisers of the PyTorch release (SPEC section 7), as Flax initialisers.
 
-`init_style` picks a family for every Linear-like layer of a module:
+`init_style` picks a family for every Linear-like layer of a module::
+
   "flax":  lecun-normal kernels, zero biases (Flax defaults);
   "torch": PyTorch nn.Linear defaults, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
            kernel and bias (kaiming-uniform with a = sqrt(5));

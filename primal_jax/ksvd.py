@@ -1,8 +1,10 @@
 """The KSVD objective J of Primal-Attention in both conventions (SPEC section 5).
 
 Paper (eq. 11), per sequence and head, with the weights W_e|X, W_r|X that
-produced the scores:
+produced the scores::
+
     J = 1/2 sum_i e_i^T Lambda e_i + 1/2 sum_i r_i^T Lambda r_i - Tr(W_e|X^T W_r|X),
+
 J_l = mean over heads, regulariser eta * sum_l J_l^2.
 
 Release (the authors' PyTorch code): Lambda enters squared, the quadratic terms

@@ -66,7 +66,8 @@ def resolve_inputs(
 class AttentionShell(nn.Module):
   """Projections, dropout and output around a mechanism's core.
 
-  out = Linear_out(attend(query(x_q), key(x_k), value(x_v))), heads merged.
+  out = Linear_out(attend(query(x_q), key(x_k), value(x_v))), heads merged. The attributes not listed
+  below mirror `nn.MultiHeadDotProductAttention`.
 
   Attributes:
     num_heads: H.
@@ -77,13 +78,10 @@ class AttentionShell(nn.Module):
       (`primal_jax.dropout`); where the dropout acts is the mechanism's choice.
     decode: incremental causal decoding from the `cache` collection; only
       mechanisms that keep a decoding state accept it.
-    The rest mirror `nn.MultiHeadDotProductAttention`.
 
-  Class attributes a mechanism sets:
-    projections: which of "query", "key", "value" it has (Primal-Attention
-      has no value projection).
-    supports_causal, supports_decode: whether `causal` / `decode` may be True.
-    self_attention_only: keys input must have the queries input's shape.
+  Class attributes a mechanism sets: `projections`, which of "query", "key", "value" it has
+  (Primal-Attention has no value projection); `supports_causal` and `supports_decode`, whether `causal` /
+  `decode` may be True; `self_attention_only`, whether the keys input must have the queries input's shape.
   """
 
   num_heads: int

@@ -2,10 +2,12 @@
 
 One layout covers both: timm's keys (`cls_token`, `pos_embed`, `patch_embed.proj`, `blocks.<i>.{norm1,
 attn, norm2, mlp.fc1, mlp.fc2}`, `norm`, `head`; torch Linear weights [out, in]) with, per block,
+
   * softmax: a fused `attn.qkv` [3D, D] (rows q | k | v, heads contiguous inside each) and `attn.proj`;
   * Primal (the release's `models_primal.PrimalAttention`): a fused `attn.qk` [2D, D] (q | k; no value
     projection), `attn.we`, `attn.wr` [H, n, s], `attn.Lambda` [H, s], `attn.concate_weight` (2s -> p)
     and `attn.proj`.
+
 Checkpoints with parts this model does not have (a distillation token, layer scale, register tokens, a
 pre-logits layer, global average pooling's fc_norm) are refused by name rather than silently dropped.
 """

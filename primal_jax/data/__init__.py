@@ -1,6 +1,6 @@
 """Data loading for the paper's experiments: numpy data sources, batched per host by grain.
 
-Layout (dependencies point down this list; only `registry` knows the tasks):
+Layout (dependencies point down this list; only `registry` knows the tasks)::
 
   registry        task name -> pipeline factory; `get_input_pipeline(data_config)`, `register_task`
   uea, listops, pathfinder, lra_image, lra_text, lra_retrieval, text_bytes

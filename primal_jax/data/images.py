@@ -1,6 +1,7 @@
 """Image classification pipelines for the ViT (`images` task): batches of float images [b, H, W, C].
 
-Datasets (`data.dataset`):
+Datasets (`data.dataset`)::
+
   fashion_mnist  (default) 28 x 28 grayscale, 10 classes, 60,000 / 10,000, offline from Debian's package
                  (`fashion_mnist`, as LRA Image uses it); `data.source` may name a directory of its idx files.
   cifar10, cifar100, imagenet2012  the TFDS catalog (`tfds.data_source` via `lra_catalog.catalog_splits`;
@@ -14,6 +15,7 @@ Datasets (`data.dataset`):
                  to size / crop_pct (bicubic) and the centre cropped (DeiT's evaluation: 0.875).
   imagenet100    an ImageNet-1k folder (train/, val/) read as image_folder but restricted to the 100 classes
                  of `IMAGENET_100_CLASSES` (CMC's list, the paper's ImageNet-100).
+
 Without a validation split, the tail `data.val_fraction` of train is held out (LRA's rule), so model
 selection never looks at test. Pixels become (x / 255 - mean) / std per channel (`data.mean`, `data.std`:
 0.5 by default; DeiT's ImageNet values are (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225)).

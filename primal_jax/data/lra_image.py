@@ -132,7 +132,8 @@ def image_splits(train: Sequence[Example], test: Sequence[Example], val_fraction
 def make_lra_image_pipeline(data_config: Any, *, process_index: int = 0, process_count: int = 1) -> InputPipeline:
   """The LRA Image task's InputPipeline: batches of inputs int32 [b, seq_len] in [0, 257), 10 classes.
 
-  data_config keys (besides batch_size, eval_batch_size, seed):
+  data_config keys (besides batch_size, eval_batch_size, seed)::
+
     dataset: "fashion_mnist" (default; offline from the Debian package, 784
       tokens) or "cifar10" (TFDS catalog, LRA's data, 1,024 tokens).
     source: fashion_mnist only, a directory holding the four idx files (plain

@@ -7,7 +7,8 @@ attention comes from `config.layers`, so DT (softmax everywhere: "gpt2" or "soft
 Primal.+DT (causal Primal-Attention with data-independent weights in the last layer) are configs
 (`dt_config`).
 
-Padding (`masking`):
+Padding (`masking`)::
+
   "release": the step mask only reaches the softmax layers; the Primal layer averages every
     position, padded ones included, into its running means and KSVD means, as the release does
     (left padding then leaks into real outputs; kept for parity with its checkpoints and numbers).
@@ -247,12 +248,14 @@ def get_action(
 
   The history (states [T, state_dim], actions [T, act_dim] with a zero row for the current step,
   returns_to_go [T] and timesteps [T], any leading singleton axes) is cut to its last `context`
-  (K) steps. Then:
+  (K) steps. Then, with
+
     pad=True (the original Decision Transformer): fewer than K steps are LEFT-padded to K with
       zeros and masked; the model always sees K steps, as in training with left-padded batches.
     pad=False (the Primal-Attention release's `get_action`): no padding; a history shorter than
       K runs as a shorter sequence with an all-ones mask. With `masking="release"` the two differ
       (the release's Primal layer does not honour the mask); with "padding_aware" they agree.
+
   The history is cut and padded on the host; the forward pass is compiled once per model and input
   length (K, or each length below K with pad=False), so a rollout does not recompile every step.
   """

@@ -2,7 +2,7 @@
 
 Hand-written because the well-kept JAX SAC (sbx) sits on stable-baselines3, which needs torch, and torch stays
 out of this project's extras. This is the textbook algorithm and nothing more: twin Q networks with Polyak
-target copies, a tanh-squashed Gaussian actor, and an entropy temperature tuned towards -|A|.
+target copies, a tanh-squashed Gaussian actor, and an entropy temperature tuned towards `-|A|`.
 
 Everything is a pure function on a `SACState` pytree; `update_many` runs K gradient steps in one jitted
 `lax.scan` (the SpinningUp "update every 50 steps, 50 updates" schedule), so Python dispatch costs nothing.

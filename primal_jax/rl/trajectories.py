@@ -1,6 +1,7 @@
 """Offline-RL datasets as lists of trajectories, from three sources behind one function (`load_trajectories`).
 
-Sources (`source`):
+Sources (`source`)::
+
   "embedded": the D4RL-style datasets regenerated here in the MuJoCo -v4 envs from the committed behaviour
     policies (`primal_jax.rl.datasets`), cached under the user's cache directory with checksums;
   "d4rl": a D4RL HDF5 file (`observations`, `actions`, `rewards`, `terminals`, `timeouts` at the file root,

@@ -68,13 +68,15 @@ def zero_padded(x: jax.Array, valid: jax.Array | None) -> jax.Array:
 class BaselineAttention(AttentionShell):
   """The baselines' core on the attention shell: heads_out = attend_heads(Q, K, V) on [B, H, N, p].
 
-  Attributes (beyond `AttentionShell`'s):
+  The attributes are `AttentionShell`'s, and:
+
+  Attributes:
     dropout_rate: dropout on the heads' outputs [B, H, N, p] before the output
       projection (there is no attention-weight matrix to drop; the
       Nystromformer LRA code that the paper's baselines come from applies none).
-    `broadcast_dropout` is accepted and ignored, as in `PrimalAttention`;
-    `decode=True` is refused (no decoding cache); `causal=True` only where
-    `supports_causal`.
+    broadcast_dropout: accepted and ignored, as in `PrimalAttention`.
+    decode: True is refused (no decoding cache).
+    causal: True only where `supports_causal`.
   """
 
   supports_causal: ClassVar[bool] = False

@@ -3,7 +3,7 @@
 The generator applies each operator inline as its bracket closes; this module
 parses text or token ids on its own (`text.listops_symbols` only splits them
 into symbols) and applies operators written apart on purpose, so the tests can
-check every generated label against it. The operators, as LRA's:
+check every generated label against it. The operators, as LRA's::
 
   MIN, MAX  smallest / largest argument
   MED       LRA's `int(np.median(args))`: the middle argument for an odd count;
