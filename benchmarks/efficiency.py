@@ -14,7 +14,7 @@ Variants: `softmax` (the Transformer with our einsum `SoftmaxAttention`, the ref
 `jax.nn.dot_product_attention`, and no attention-weight dropout, which that function cannot apply),
 `primalformer`, `primal_plus` (Primal.+Trans.) and every baseline in
 `primal_jax.attention.registry.ATTENTIONS` at run time (the whole stack uses it). Models: the LRA config
-(`experiments/configs/lra.py`, 2 layers, dim 64, hidden 128, 2 heads x 32) with max length N, on synthetic
+(the packaged `lra` config, 2 layers, dim 64, hidden 128, 2 heads x 32) with max length N, on synthetic
 full-length token batches (no data pipeline; its cost is not part of a step).
 
 Protocol: every variant at one N is compiled and warmed up (`--warmup_steps`), then repeat r times
@@ -63,7 +63,7 @@ from primal_jax.training.state import abstract_state, init_state, make_init_fn
 from primal_jax.training.steps import ksvd_spec, make_train_step
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = ROOT / "experiments" / "configs" / "lra.py"
+DEFAULT_CONFIG = "lra"  # primal_jax/configs/lra.py, by name (or pass a config file)
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 REFERENCE = "softmax"
 SINGLE_MARKER = "EFFICIENCY_SINGLE_JSON "
@@ -300,7 +300,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--warmup_steps", type=int, default=2, help="steps after compiling, before timing")
   parser.add_argument("--task", default="listops", help="LRA task of the config (vocabulary, KSVD settings)")
-  parser.add_argument("--config", default=str(DEFAULT_CONFIG))
+  parser.add_argument("--config", default=DEFAULT_CONFIG)
   parser.add_argument("--num_classes", type=int, default=10)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument(

@@ -1,4 +1,4 @@
-r"""Generate text from a trained byte-level language model (a workdir of `experiments/configs/lm.py`).
+r"""Generate text from a trained byte-level language model (a workdir of the `lm` config).
 
   python -m experiments.generate --workdir=/tmp/lm_primalformer --prompt="Anarchism is" \
     --prompt="The " --max_new_tokens=200 --temperature=0.8 --top_p=0.95 --seed=0
@@ -31,7 +31,7 @@ def generate_from_run(
   if config.model.name != "lm":
     raise ValueError(
       f"--workdir {workdir} holds a {config.model.name!r} model; generation needs a causal language model "
-      "(model.name='lm', experiments/configs/lm.py)"
+      "(model.name='lm', the lm config)"
     )
   if config.data.task != "text_bytes":
     raise ValueError(f"--workdir {workdir}: prompts are encoded as bytes; its task is {config.data.task!r}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import types
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +20,7 @@ from primal_jax.attention.softmax import SoftmaxAttention
 from primal_jax.models.builders import build_model
 from primal_jax.training.config_args import load_config
 
-CONFIG = Path(__file__).resolve().parent / "configs" / "lra.py"
+CONFIG = "lra"  # the packaged config, by name
 # Padded lengths of the LRA tasks as the paper reports them (Image: CIFAR-10's 1,024 pixels).
 LENGTHS = {"listops": 2000, "text": 4000, "retrieval": 4000, "image": 1024, "pathfinder": 1024}
 

@@ -5,7 +5,7 @@
 
 runs, as a child process and timed,
 
-  python -m experiments.main --config=experiments/configs/lra.py:task=image,model=primalformer,short \
+  python -m experiments.main --config=lra:task=image,model=primalformer,short \
     --workdir=/tmp/image_short
 
 then writes `experiments/results/lra_short/image_primalformer.json`: the command, the wall time, the steps,
@@ -38,8 +38,8 @@ RESULTS = ROOT / "experiments" / "results" / "lra_short"
 
 
 def train_command(task: str, model: str, workdir: str | Path, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
-  """argv of the training run (python -m experiments.main, relative config path, run from the repo root)."""
-  config = f"--config=experiments/configs/lra.py:task={task},model={model},short"
+  """argv of the training run (python -m experiments.main with the packaged `lra` config, by name)."""
+  config = f"--config=lra:task={task},model={model},short"
   return [sys.executable, "-m", "experiments.main", config, f"--workdir={workdir}", *extra]
 
 

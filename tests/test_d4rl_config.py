@@ -1,5 +1,5 @@
-"""experiments/configs/d4rl.py and experiments/sweeps/d4rl.py: every model builds, the smoke run trains and
-is evaluated by rollouts end to end, and the sweep plans the runs it documents."""
+"""The `d4rl` config (primal_jax/configs/d4rl.py) and experiments/sweeps/d4rl.py: every model builds, the
+smoke run trains and is evaluated by rollouts end to end, and the sweep plans the runs it documents."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from primal_jax.rl.segments import RLDatasetInfo  # noqa: E402
 from primal_jax.training.config_args import load_config  # noqa: E402
 from primal_jax.training.loop import train_and_evaluate  # noqa: E402
 
-CONFIG = "experiments/configs/d4rl.py"
+CONFIG = "d4rl"
 INFO = RLDatasetInfo("hopper-medium", 0, 11, 5, 1000, {"train": 10}, (), state_dim=11, act_dim=3, env="hopper")
 
 

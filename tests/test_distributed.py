@@ -22,7 +22,7 @@ from primal_jax.training.config_args import load_config
 from primal_jax.training.loop import load_state
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "experiments" / "configs" / "uea.py"
+CONFIG = "uea"
 
 
 @pytest.fixture(scope="module")

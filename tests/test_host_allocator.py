@@ -98,7 +98,7 @@ def test_training_binary_reexecutes_with_the_allocator_and_records_it(jv_tfds_di
     pytest.skip("tcmalloc is not installed here (apt-get install libtcmalloc-minimal4)")
   env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", ha.REEXEC_MARKER) and not k.startswith("JAX_")}
   args = [
-    sys.executable, "-m", "experiments.main", f"--config={ROOT / 'experiments/configs/uea.py'}:smoke",
+    sys.executable, "-m", "experiments.main", "--config=uea:smoke",
     f"--workdir={tmp_path}", f"--config.data.data_dir={jv_tfds_dir}", "--config.total_steps=2", "--allocator=tcmalloc",
   ]  # fmt: skip
   result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

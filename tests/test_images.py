@@ -1,4 +1,4 @@
-"""The `images` task (primal_jax.data.images), the `vit` builder and experiments/configs/vit.py, offline.
+"""The `images` task (primal_jax.data.images), the `vit` builder and the `vit` config, offline.
 
 A tiny image folder (PNG files written here) stands in for ImageNet-100 and Fashion-MNIST; the train loop
 runs the config's smoke variant on it, and fine-tunes Primal.+DeiT from a converted random timm DeiT
@@ -23,8 +23,7 @@ from primal_jax.models.vit import VisionTransformer
 from primal_jax.training.config_args import load_config
 from primal_jax.training.loop import train_and_evaluate
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIG = str(REPO / "experiments" / "configs" / "vit.py")
+CONFIG = "vit"  # primal_jax/configs/vit.py, by name
 TIMM_CASE = Path(__file__).resolve().parent / "data" / "timm_vit_small.npz"
 CLASSES = ("cat", "dog", "eel")
 

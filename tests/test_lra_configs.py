@@ -11,7 +11,7 @@ import pytest
 from experiments import lra_params
 from primal_jax.training.config_args import load_config
 
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "lra.py"
+CONFIG = "lra"
 REFERENCE = Path(
   os.environ.get("PRIMAL_JAX_REFERENCE_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "reference")
 )

@@ -65,7 +65,7 @@ def test_main_collect_only_and_refusals(tmp_path):
   args = ["--task=image", f"--workdir={tmp_path / 'run'}", f"--out={out}"]
   assert lra_short.main([*args, "--collect_only"]) == 0
   record = json.loads(out.read_text())
-  assert record["command"].startswith("python -m experiments.main --config=experiments/configs/lra.py:task=image,")
+  assert record["command"].startswith("python -m experiments.main --config=lra:task=image,")
   assert record["machine"]["cpus"] >= 1
   with pytest.raises(SystemExit):  # a used workdir is never trained in again: its wall time would be wrong
     lra_short.main(args)
@@ -79,7 +79,7 @@ def test_train_command_is_the_binary_with_the_short_config():
   assert cmd[1:] == [
     "-m",
     "experiments.main",
-    "--config=experiments/configs/lra.py:task=pathfinder,model=softmax,short",
+    "--config=lra:task=pathfinder,model=softmax,short",
     "--workdir=/w",
     "--config.total_steps=10",
   ]

@@ -152,7 +152,7 @@ def tiny_run(tmp_path_factory):
     prepare_uea("JapaneseVowels", "aeon", data_dir)
   except DatasetFetchError as err:  # no cached copy and no route to PyPI
     pytest.skip(f"JapaneseVowels unavailable: {err}")
-  config = load_config(f"{ROOT}/experiments/configs/uea.py:smoke,model=primal_plus", lock=False)
+  config = load_config("uea:smoke,model=primal_plus", lock=False)
   config.total_steps = 2
   config.data.data_dir = str(data_dir)
   workdir = tmp_path_factory.mktemp("run")

@@ -32,7 +32,7 @@ from experiments.sweeping import (
 from primal_jax.training.config_args import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "experiments" / "configs" / "uea.py"
+CONFIG = "uea"  # the packaged config, by name
 UEA_SWEEP = ROOT / "experiments" / "sweeps" / "uea.py"
 
 
@@ -52,6 +52,22 @@ def test_config_hash_is_canonical_json_sha256():
   other = load_config(f"{CONFIG}", lock=False)
   other.ksvd.eta = 0.2
   assert config_hash(other) != config_hash(one)
+
+
+def test_fields_added_at_their_neutral_value_leave_the_hash_alone():
+  """`data.missing` (and the run controls) came after the UEA sweep was recorded: at the value that does what
+  those runs did they are not hashed, so every run the sweep plans is still a recorded one (and the sweep
+  says all are finished); another value is another run."""
+  config = load_config(f"{CONFIG}", lock=False)
+  assert config.data.missing == "raise"
+  without = config.to_dict()
+  del without["data"]["missing"]
+  assert config_hash(config) == config_hash(without)
+  config.data.missing = "zero"
+  assert config_hash(config) != config_hash(without)
+  recorded = {path.name for path in (ROOT / "experiments" / "results" / "uea" / "runs").iterdir()}
+  planned = plan(load_sweep(UEA_SWEEP).runs)
+  assert len(planned) == 108 and set(planned) <= recorded
 
 
 def test_resolve_applies_protocol_seed_and_overrides():

@@ -43,7 +43,7 @@ def test_causal_lm_trains_through_the_binary(tmp_path, capsys):
   workdir = tmp_path / "run"
   result = subprocess.run(
     [
-      sys.executable, "-m", "experiments.main", f"--config={ROOT / 'experiments/configs/lm.py'}:smoke",
+      sys.executable, "-m", "experiments.main", "--config=lm:smoke",
       "--config.data.source=file", f"--config.data.path={text}", f"--workdir={workdir}",
     ],
     cwd=ROOT, capture_output=True, text=True, timeout=600,

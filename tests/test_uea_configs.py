@@ -1,23 +1,23 @@
-"""experiments/configs/uea.py for the ten datasets of the paper's Table 1 x three model families: each loads,
-builds its model for the dataset's shapes (abstractly, no data), and carries the paper's settings."""
+"""The `uea` config (primal_jax/configs/uea.py) for the ten datasets of the paper's Table 1 x three model
+families: each loads, builds its model for the dataset's shapes (abstractly, no data), and carries the paper's
+settings."""
 
 from __future__ import annotations
 
 import inspect
 import re
 import types
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
+from primal_jax.configs import uea as UEA
 from primal_jax.data.uea_tfds import TABLE1_DATASETS
 from primal_jax.models.builders import build_model
-from primal_jax.training.config_args import load_config, load_module
+from primal_jax.training.config_args import load_config
 
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uea.py"
-UEA = load_module(CONFIG)
+CONFIG = "uea"
 MODELS = ("softmax", "primalformer", "primal_plus")  # Trans., PrimalFormer, Primal.+Trans.
 
 # (channels, longest series, classes) of each problem in the UEA archive (Multivariate2018_ts).

@@ -9,7 +9,7 @@ Tables (`--only=` picks some):
   table4: DT and Primal.+DT on every other embedded dataset (Hopper, HalfCheetah x medium, medium-replay,
     medium-expert), one seed each unless `seeds4` says otherwise.
   table7: Primal.+DT with s in {32, 64, 96} on Hopper medium.
-Every run uses the `short` config (dim 64, 3,000 steps; see experiments/configs/d4rl.py) unless `full`, and
+Every run uses the `short` config (dim 64, 3,000 steps; see primal_jax/configs/d4rl.py) unless `full`, and
 the "rollouts" protocol: validation env seeds select the evaluation, test env seeds are rolled out once on it.
 The paper's numbers (D4RL's own data, the full 100k-step runs) are shown beside ours; the data differ (our
 datasets are regenerated from weaker behaviour policies in the -v4 envs), so compare within a row, not across.
@@ -22,13 +22,10 @@ Arguments (`--sweep=experiments/sweeps/d4rl.py:seeds=3,full`):
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from experiments.sweeping import Cell, Run, Sweep
 from primal_jax.training.config_args import parse_config_arg
 
-_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "d4rl.py"
+CONFIG = "d4rl"  # the packaged config (primal_jax/configs/d4rl.py), by name
 MODELS = (("DT", "dt"), ("Primal.+DT", "primal_dt"))
 # Paper Table 4 (DT, Primal.+DT) and Table 7 (Primal.+DT at s = 32, 64, 96), D4RL v2 data.
 PAPER_TABLE4 = {
@@ -49,7 +46,6 @@ TITLES = {
 
 def get_sweep(arg: str | None = None) -> Sweep:
   args = parse_config_arg(arg, {"seeds": 3, "seeds4": 1, "full": False, "smoke": False})
-  config = os.path.relpath(_CONFIG)
   size = "smoke" if args["smoke"] else ("" if args["full"] else "short")
   common = {"checkpoint_on_eval": True}
 
@@ -58,7 +54,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
     labels = (("env", env), ("dataset", dataset), ("model", label)) + tuple(
       (k.rsplit(".", 1)[-1], str(v)) for k, v in overrides.items()
     )
-    return Run(f"{config}:{arg}", Cell(table, labels, paper), seed, "rollouts", {**common, **overrides})
+    return Run(f"{CONFIG}:{arg}", Cell(table, labels, paper), seed, "rollouts", {**common, **overrides})
 
   runs = []
   for seed in range(args["seeds"]):

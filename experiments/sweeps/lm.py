@@ -1,5 +1,5 @@
 r"""Byte-level language modelling on the embedded Wikipedia text (gensim's enwiki extract): Transformer vs
-Primal.+Trans. vs PrimalFormer, the `short` config of experiments/configs/lm.py.
+Primal.+Trans. vs PrimalFormer, the `short` config of the `lm` config (primal_jax/configs/lm.py).
 
   python -m experiments.sweep --sweep=experiments/sweeps/lm.py --workdir=$PWD/experiments/results/lm/sweep
 
@@ -18,13 +18,10 @@ Arguments (`--sweep=experiments/sweeps/lm.py:seeds=3`): seeds (3); smoke: second
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from experiments.sweeping import Cell, Run, Sweep
 from primal_jax.training.config_args import parse_config_arg
 
-_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "lm.py"
+CONFIG = "lm"  # the packaged config (primal_jax/configs/lm.py), by name
 MODELS = (
   ("Trans. (softmax)", "softmax", 33.0),
   ("Primal.+Trans.", "primal_plus", 31.0),
@@ -38,14 +35,13 @@ TITLES = {
 
 def get_sweep(arg: str | None = None) -> Sweep:
   args = parse_config_arg(arg, {"seeds": 3, "smoke": False})
-  config = os.path.relpath(_CONFIG)
   size = "smoke" if args["smoke"] else "short"
   common = {"checkpoint_on_eval": True}
 
   def run(table, label, model, seed, paper, eta=None):
     labels = (("model", label),) + ((("eta", str(eta)),) if eta is not None else ())
     arg = f"model={model},{size}" + (f",eta={eta}" if eta is not None else "")
-    return Run(f"{config}:{arg}", Cell(table, labels, paper), seed, "own_validation", common)
+    return Run(f"{CONFIG}:{arg}", Cell(table, labels, paper), seed, "own_validation", common)
 
   runs = []
   for seed in range(args["seeds"]):  # seed by seed: a partial sweep already compares every model

@@ -32,13 +32,13 @@ Arguments (`--sweep=experiments/sweeps/uea.py:epochs=100,seeds=5`):
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 from experiments.sweeping import PROTOCOL_TITLE, Cell, Run, Sweep
-from primal_jax.training.config_args import load_module, parse_config_arg
+from primal_jax.configs import uea as uea_config
+from primal_jax.training.config_args import parse_config_arg
 
-_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "uea.py"
+CONFIG = "uea"  # the packaged config (primal_jax/configs/uea.py), by name
 MODELS = (("Trans.", "softmax"), ("PrimalFormer", "primalformer"), ("Primal.+Trans.", "primal_plus"))  # (label, model=)
 PRIMAL = "model.attention.primal"  # the Primal layers' options in the config
 TABLE6_S = (20, 30, 40)
@@ -74,8 +74,6 @@ def _cells(paper_module) -> list[tuple[str, dict, Cell]]:
 
 def get_sweep(arg: str | None = None) -> Sweep:
   args = parse_config_arg(arg, {"epochs": 20, "seeds": 3, "data_dir": "", "smoke": False})
-  paper = load_module(_CONFIG)
-  config = os.path.relpath(_CONFIG)  # commands in results.md read as typed from the repository root
   common = {"num_epochs": args["epochs"], "checkpoint_on_eval": False}
   if args["data_dir"]:
     common["data.data_dir"] = args["data_dir"]
@@ -83,10 +81,10 @@ def get_sweep(arg: str | None = None) -> Sweep:
     common["total_steps"] = 3
   runs = []
   for seed in range(args["seeds"]):  # seed-major: a partial sweep already fills every table once
-    for config_arg, overrides, cell in _cells(paper):
+    for config_arg, overrides, cell in _cells(uea_config):
       arg = config_arg + (",smoke" if args["smoke"] else "")
       for protocol in ("release", "honest"):
-        runs.append(Run(f"{config}:{arg}", cell, seed, protocol, {**common, **overrides}))
+        runs.append(Run(f"{CONFIG}:{arg}", cell, seed, protocol, {**common, **overrides}))
   schedule = "3 steps per run (smoke)" if args["smoke"] else f"{args['epochs']} epochs per run (the release: 100)"
   notes = f"{schedule}; see experiments/sweeps/uea.py. The paper reports one run per row, release protocol."
   return Sweep(tuple(runs), titles=TITLES, plot=plot_eta_s, notes=notes)

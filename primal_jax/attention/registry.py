@@ -28,6 +28,7 @@ from primal_jax.attention.gpt2 import GPT2Attention
 from primal_jax.attention.primal import PrimalAttention
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.attention.softmax import SoftmaxAttention
+from primal_jax.errors import ConfigError
 
 _ATTENTIONS: dict[str, type[AttentionShell]] = {
   "primal": PrimalAttention,
@@ -72,7 +73,7 @@ def get_attention(name: str, where: str = "attention") -> type[AttentionShell]:
   try:
     return _ATTENTIONS[name]
   except (KeyError, TypeError):
-    raise ValueError(f"{where} must be one of {tuple(_ATTENTIONS)}, got {name!r}") from None
+    raise ConfigError(f"{where} must be one of {tuple(_ATTENTIONS)}, got {name!r}") from None
 
 
 def option_names(name: str) -> tuple[str, ...]:
@@ -115,7 +116,7 @@ class LayerSpec:
       name, own = entry[0], check_options(entry[0], entry[1], f"layer {entry[0]!r}")
     else:
       raise ValueError(f"a layer must be an attention name or a (name, options) pair, got {entry!r}")
-    get_attention(name, "layers[i]")
+    get_attention(name, "each entry of model.layers")
     merged = {**(defaults or {}), **own}
     return cls(name, tuple(sorted(merged.items())))
 

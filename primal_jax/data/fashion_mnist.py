@@ -25,6 +25,7 @@ import numpy as np
 
 from primal_jax.data.cache import cache_root, sha256_bytes
 from primal_jax.data.debian import DEBIAN_MIRROR, DebianPackage, decompressed, fetch_deb_files
+from primal_jax.errors import MissingFileError
 
 FASHION_MNIST_CLASSES: tuple[str, ...] = (
   "T-shirt/top",
@@ -108,7 +109,7 @@ def _read_verified(directory: Path, name: str) -> bytes:
   candidates = [directory / name, directory / f"{name}.gz"]
   path = next((p for p in candidates if p.is_file()), None)
   if path is None:
-    raise FileNotFoundError(
+    raise MissingFileError(
       f"Fashion-MNIST: neither {candidates[0]} nor {candidates[1]} exists; fetch_fashion_mnist() obtains the files "
       "from Debian's dataset-fashion-mnist package, or use the idx files of github.com/zalandoresearch/fashion-mnist"
     )

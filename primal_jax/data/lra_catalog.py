@@ -30,6 +30,7 @@ import numpy as np
 from primal_jax.data.cache import DatasetFetchError, default_data_dir
 from primal_jax.data.checks import check_fraction, check_nonnegative_int, check_positive_int, config_get, require_keys
 from primal_jax.data.pipeline import Example, Subset
+from primal_jax.errors import MissingFileError
 
 # Ids 1..256 are a byte (or pixel) value + 1; id 0 is padding.
 BYTE_VOCAB_SIZE = 257
@@ -112,7 +113,7 @@ def catalog_splits(
   builder = tfds.builder(name, data_dir=str(data_dir), file_format=ARRAY_RECORD)
   if not builder.is_prepared():
     if not download:
-      raise FileNotFoundError(
+      raise MissingFileError(
         f"TFDS dataset {name!r} is not prepared under {data_dir} and download=False. Set download=True to "
         f"download and prepare it there. {_prepare_instructions(name, data_dir)}"
       )

@@ -31,6 +31,7 @@ from primal_jax.data.checks import check_positive_int
 from primal_jax.data.core import InputPipeline
 from primal_jax.data.lra_catalog import BYTE_VOCAB_SIZE, TEXT_MAX_LENGTH, byte_tokens, lra_settings
 from primal_jax.data.token_tasks import token_pipeline
+from primal_jax.errors import MissingFileError
 
 AAN_FILES: Mapping[str, str] = types.MappingProxyType(
   {"train": "new_aan_pairs.train.tsv", "validation": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
@@ -49,14 +50,14 @@ def aan_paths(directory: str | Path | None) -> dict[str, Path]:
   """{split: path} of the three AAN tsv files in `directory`; FileNotFoundError naming every missing one."""
   if directory is None:
     expected = ", ".join(AAN_FILES.values())
-    raise FileNotFoundError(
+    raise MissingFileError(
       f"the lra_retrieval task needs data_config.source, a directory holding {expected}. {_GET_FILES}"
     )
   directory = Path(directory).expanduser()
   paths = {split: directory / name for split, name in AAN_FILES.items()}
   missing = [str(p) for p in paths.values() if not p.is_file()]
   if missing:
-    raise FileNotFoundError(f"LRA retrieval (AAN) files missing: {', '.join(missing)}. {_GET_FILES}")
+    raise MissingFileError(f"LRA retrieval (AAN) files missing: {', '.join(missing)}. {_GET_FILES}")
   return paths
 
 

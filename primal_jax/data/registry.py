@@ -31,6 +31,7 @@ from primal_jax.data import images, lra_image, lra_retrieval, lra_text, text_byt
 from primal_jax.data.core import InputPipeline
 from primal_jax.data.listops import make_listops_pipeline
 from primal_jax.data.pathfinder import make_pathfinder_pipeline
+from primal_jax.errors import ConfigError
 from primal_jax.rl.segments import make_offline_rl_pipeline
 
 
@@ -95,5 +96,5 @@ def get_input_pipeline(data_config: Any, *, process_index: int = 0, process_coun
   """The InputPipeline of `data_config.task` (a key of INPUT_PIPELINES) for this host."""
   task = getattr(data_config, "task", None)
   if task not in _FACTORIES:
-    raise ValueError(f"unknown task {task!r}; registered tasks: {', '.join(sorted(_FACTORIES))}")
+    raise ConfigError(f"data.task: unknown task {task!r}; registered tasks: {', '.join(sorted(_FACTORIES))}")
   return _FACTORIES[task](data_config, process_index=process_index, process_count=process_count)

@@ -45,6 +45,7 @@ from primal_jax.data import gensim_enwiki
 from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get, require_keys
 from primal_jax.data.core import DatasetInfo, InputPipeline, pipeline_from_config
 from primal_jax.data.pipeline import Example
+from primal_jax.errors import MissingFileError
 
 NAME = "text_bytes"
 SOURCES = ("file", "gensim_enwiki")
@@ -144,7 +145,7 @@ def read_splits(path: str | Path, seq_len: int) -> dict[str, ByteWindows]:
   """
   path = Path(path).expanduser()
   if not path.is_file():
-    raise FileNotFoundError(f"data.path {str(path)!r} is not a file; text_bytes needs a local text or binary file")
+    raise MissingFileError(f"data.path {str(path)!r} is not a file; text_bytes needs a local text or binary file")
   size = path.stat().st_size
   bounds = split_bounds(size)
   short = {split: end - begin for split, (begin, end) in bounds.items() if end - begin < 2}

@@ -25,6 +25,7 @@ from primal_jax.data.cache import cache_root, key_digest, sha256_file, write_ato
 from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get, require_keys
 from primal_jax.data.core import DatasetInfo, InputPipeline, pipeline_from_config
 from primal_jax.data.text_bytes import ByteWindows, NextTokenCollate
+from primal_jax.errors import MissingFileError
 
 NAME = "text_words"
 SPLIT_FILES = {"train": "wiki.train.tokens", "validation": "wiki.valid.tokens", "test": "wiki.test.tokens"}
@@ -62,7 +63,7 @@ def load_streams(directory: str | Path, cache_dir: str | Path | None = None) -> 
   directory = Path(directory).expanduser()
   missing = [f for f in SPLIT_FILES.values() if not (directory / f).is_file()]
   if missing:
-    raise FileNotFoundError(f"data.path {str(directory)!r} lacks {missing}: text_words reads a WikiText directory")
+    raise MissingFileError(f"data.path {str(directory)!r} lacks {missing}: text_words reads a WikiText directory")
   digest = key_digest({split: sha256_file(directory / f) for split, f in SPLIT_FILES.items()}, 16)
   cached = cache_root(cache_dir) / NAME / digest
   if (cached / "vocab.json").is_file() and all((cached / f"{s}.npy").is_file() for s in SPLIT_FILES):

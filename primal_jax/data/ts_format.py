@@ -34,6 +34,8 @@ from typing import Literal
 
 import numpy as np
 
+from primal_jax.errors import ConfigError
+
 Missing = Literal["raise", "keep", "zero"]
 
 MISSING_OPTIONS: tuple[str, ...] = ("raise", "keep", "zero")
@@ -93,8 +95,10 @@ class TimeSeriesDataset:
     return np.array([s.shape[0] for s in self.series], dtype=np.int64)
 
 
-def _error(source: str, lineno: int, message: str) -> ValueError:
-  return ValueError(f"{source}, line {lineno}: {message}")
+def _error(source: str, lineno: int, message: str) -> ConfigError:
+  """A malformed file is the user's data, not a bug: a `ConfigError` (a ValueError) that the CLI prints as one
+  line naming the file and the line."""
+  return ConfigError(f"{source}, line {lineno}: {message}")
 
 
 def _preview(text: str, limit: int = 60) -> str:
@@ -144,7 +148,8 @@ def _parse_dimension(source: str, lineno: int, field: str, dim: int, num_dims: i
         source,
         lineno,
         f"missing value ('?' or NaN) at dimension {dim + 1} of {num_dims}, value {nan_at[0] + 1}; "
-        "pass missing='keep' to keep NaN or missing='zero' to replace missing values with 0",
+        "pass missing='zero' to replace missing values with 0 (in a config: data.missing='zero') or missing='keep' "
+        "to keep NaN",
       )
     if missing == "zero":
       values[nan_at] = 0.0

@@ -38,7 +38,7 @@ from primal_jax.data.pipeline import Example, Subset
 NORMALIZATIONS: tuple[str, ...] = ("standardization", "none")
 STD_FLOOR = 1e-8
 _OPTIONAL = types.MappingProxyType(
-  {"data_dir": None, "seq_len": 0, "normalization": "standardization", "val_fraction": 0.0}
+  {"data_dir": None, "seq_len": 0, "normalization": "standardization", "val_fraction": 0.0, "missing": "raise"}
 )
 
 
@@ -225,11 +225,13 @@ def make_uea_pipeline(data_config: Any, *, process_index: int = 0, process_count
 
   Every host prepares (or finds) the dataset under `data_dir`; with a shared
   `data_dir`, prepare it once first (e.g. on process 0 before the others start).
+  `data_config.missing` ("raise", the default, or "zero") is what preparing does
+  with the files' missing values ('?' or NaN).
   """
   from primal_jax.data.uea_tfds import prepare_uea  # tfds is imported only by the tasks that need it
 
   cfg = _config_values(data_config)
-  builder = prepare_uea(cfg["dataset"], cfg["source"], cfg["data_dir"])
+  builder = prepare_uea(cfg["dataset"], cfg["source"], cfg["data_dir"], missing=cfg["missing"])
   splits = {split: builder.as_data_source(split) for split in ("train", "test")}
   class_names = builder.info.features["label"].names
   return pipeline_from_splits(

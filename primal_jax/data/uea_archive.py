@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from primal_jax.data.ts_format import Missing, TimeSeriesDataset, read_ts
+from primal_jax.errors import MissingFileError
 
 SPLITS: dict[str, str] = {"train": "TRAIN", "test": "TEST"}
 
@@ -44,7 +45,7 @@ def load_uea_split(root: str | Path, name: str, split: str, *, missing: Missing 
       near = sorted(p.name for p in Path(root).iterdir() if p.is_dir() and p.name.lower() == name.lower())
       if near and near != [name]:
         hint = f" (directory names are case-sensitive: found {', '.join(near)})"
-    raise FileNotFoundError(f"UEA problem {name!r}, split {split!r}: missing {', '.join(absent)}{hint}. {_LAYOUT_HINT}")
+    raise MissingFileError(f"UEA problem {name!r}, split {split!r}: missing {', '.join(absent)}{hint}. {_LAYOUT_HINT}")
   dataset = read_ts(paths[key], missing=missing)
   return dataclasses.replace(dataset, name=name)
 

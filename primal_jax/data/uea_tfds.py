@@ -16,6 +16,7 @@ duplicated.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ import tensorflow_datasets as tfds
 
 from primal_jax.data.aeon_wheel import AEON_DATASETS, AEON_VERSION, fetch_aeon_dataset
 from primal_jax.data.cache import default_data_dir, sha256_file
-from primal_jax.data.ts_format import TimeSeriesDataset
+from primal_jax.data.ts_format import Missing, TimeSeriesDataset
 from primal_jax.data.uea_archive import SPLITS, load_uea, uea_split_paths
+from primal_jax.errors import ConfigError, MissingFileError
 
 # The paper's Table 1, plus BasicMotions (small, ships in the aeon wheel, used in tests).
 TABLE1_DATASETS: tuple[str, ...] = (
@@ -43,6 +45,7 @@ TABLE1_DATASETS: tuple[str, ...] = (
 )
 KNOWN_DATASETS: tuple[str, ...] = (*TABLE1_DATASETS, "BasicMotions")
 AEON_SOURCE = "aeon"
+MISSING_POLICIES: tuple[str, ...] = ("raise", "zero")  # of ts_format's, those that keep NaN from the model
 DATASET_VERSION = "1.0.0"
 
 _GET_FILES = (
@@ -75,7 +78,7 @@ def check_source_files(source_dir: str | Path, name: str) -> dict[str, Path]:
   paths = uea_split_paths(source_dir, name)
   absent = [str(p) for p in paths.values() if not p.is_file()]
   if absent:
-    raise FileNotFoundError(f"UEA problem {name!r}: missing {', '.join(absent)}. {_GET_FILES}")
+    raise MissingFileError(f"data.source: UEA problem {name!r}: missing {', '.join(absent)}. {_GET_FILES}")
   return paths
 
 
@@ -86,6 +89,8 @@ class UeaClassification(tfds.core.GeneratorBasedBuilder, skip_registration=True)
   `prepare_uea`, or construct it with `source_dir`, the archive root holding
   `<Name>/<Name>_{TRAIN,TEST}.ts`. `source_dir` is only read by
   `download_and_prepare`; a prepared dataset is read from `data_dir` alone.
+  `missing` is what preparing does with '?'/NaN values (`ts_format.parse_ts`);
+  the metadata records it with the number of values that were missing.
   """
 
   VERSION = tfds.core.Version(DATASET_VERSION)
@@ -96,8 +101,9 @@ class UeaClassification(tfds.core.GeneratorBasedBuilder, skip_registration=True)
   # on Python >= 3.9 (tensorflow/datasets#11212), so it is skipped.
   code_path = None
 
-  def __init__(self, *, source_dir: str | Path | None = None, **kwargs: Any):
+  def __init__(self, *, source_dir: str | Path | None = None, missing: Missing = "raise", **kwargs: Any):
     self._source_dir = Path(source_dir).expanduser() if source_dir is not None else None
+    self._missing = missing
     super().__init__(**kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
@@ -123,15 +129,37 @@ class UeaClassification(tfds.core.GeneratorBasedBuilder, skip_registration=True)
       raise ValueError(f"UEA problem {self.builder_config.name!r} is not prepared; pass source_dir. {_GET_FILES}")
     name = self.builder_config.name
     paths = check_source_files(self._source_dir, name)
-    train, test = load_uea(self._source_dir, name)  # checks that both splits agree on classes and channels
+    # Parsed with NaN kept (unless missing values are refused) so that they can be counted, then replaced.
+    train, test = load_uea(self._source_dir, name, missing="raise" if self._missing == "raise" else "keep")
+    num_missing = sum(int(np.isnan(series).sum()) for split in (train, test) for series in split.series)
+    if self._missing == "zero":
+      train, test = (_zero_missing(split) for split in (train, test))
     self.info.features["label"].names = list(train.class_names)
     self.info.metadata["source_sha256"] = {split: sha256_file(path) for split, path in paths.items()}
     self.info.metadata["num_channels"] = train.num_channels
+    self.info.metadata["missing"] = {"policy": self._missing, "values": num_missing}
     return {"train": self._generate_examples(train), "test": self._generate_examples(test)}
 
   def _generate_examples(self, dataset: TimeSeriesDataset) -> Iterator[tuple[int, dict[str, Any]]]:
     for i, (values, label) in enumerate(zip(dataset.series, dataset.labels, strict=True)):
       yield i, {"values": values, "label": int(label), "length": np.int32(values.shape[0]), "index": np.int64(i)}
+
+
+def _zero_missing(dataset: TimeSeriesDataset) -> TimeSeriesDataset:
+  series = [np.where(np.isnan(values), 0.0, values).astype(values.dtype) for values in dataset.series]
+  return dataclasses.replace(dataset, series=series)
+
+
+def _check_recorded_missing(builder: UeaClassification, missing: Missing) -> None:
+  """Data prepared with missing values replaced one way is refused for another (a dataset without missing
+  values, or prepared before this was recorded, which refused them, serves every policy)."""
+  recorded = dict(builder.info.metadata.get("missing", {}))
+  if recorded.get("values", 0) and recorded.get("policy") != missing:
+    raise ConfigError(
+      f"data.missing={missing!r}, but UEA problem {builder.builder_config.name!r} in {builder.data_dir} was prepared "
+      f"with missing={recorded['policy']!r} ({recorded['values']} missing values); delete that directory or pass "
+      "another data.data_dir"
+    )
 
 
 def _check_recorded_source(builder: UeaClassification, expected: dict[str, str], where: str) -> None:
@@ -143,7 +171,9 @@ def _check_recorded_source(builder: UeaClassification, expected: dict[str, str],
     )
 
 
-def prepare_uea(name: str, source: str | Path, data_dir: str | Path | None = None) -> UeaClassification:
+def prepare_uea(
+  name: str, source: str | Path, data_dir: str | Path | None = None, *, missing: Missing = "raise"
+) -> UeaClassification:
   """The builder of problem `name`, prepared (ArrayRecord files) under `data_dir` if it was not already.
 
   Args:
@@ -152,6 +182,9 @@ def prepare_uea(name: str, source: str | Path, data_dir: str | Path | None = Non
       in `aeon_wheel.AEON_DATASETS`) or the root of a `Multivariate2018_ts`
       archive, `<source>/<name>/<name>_TRAIN.ts` and `_TEST.ts`.
     data_dir: where TFDS keeps prepared data; default `default_data_dir()`.
+    missing: '?'/NaN values in the files: "raise" (an error naming the file
+      and line) or "zero" (replaced by 0; config `data.missing`). NaN is never
+      kept, since no model may see it.
 
   A dataset prepared earlier is reused without reading `source`, except that
   its recorded source checksums must match the files `source` names, so data
@@ -159,14 +192,20 @@ def prepare_uea(name: str, source: str | Path, data_dir: str | Path | None = Non
 
   Raises:
     FileNotFoundError: a `.ts` file is missing (naming it and how to get it).
-    ValueError: the prepared data came from different files.
+    ValueError: the prepared data came from different files, or with missing
+      values replaced differently; a `.ts` file is malformed.
   """
+  if missing not in MISSING_POLICIES:
+    raise ConfigError(
+      f"data.missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r} "
+      "(NaN never reaches a model: 'zero' replaces missing values with 0)"
+    )
   data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()  # "" (a config default) too
   from_aeon = str(source) == AEON_SOURCE
   if from_aeon:
     if name not in AEON_DATASETS:
       available = ", ".join(sorted(AEON_DATASETS))
-      raise ValueError(f"source='{AEON_SOURCE}' has only {available}, not {name!r}. {_GET_FILES}")
+      raise ConfigError(f"data.dataset: source='{AEON_SOURCE}' has only {available}, not {name!r}. {_GET_FILES}")
     expected = {split: AEON_DATASETS[name][f"{name}_{tag}.ts"] for split, tag in SPLITS.items()}
     where = f"the pinned aeon=={AEON_VERSION} wheel files"
   else:
@@ -176,11 +215,12 @@ def prepare_uea(name: str, source: str | Path, data_dir: str | Path | None = Non
   builder = UeaClassification(config=uea_config(name), data_dir=data_dir, file_format="array_record")
   if builder.is_prepared():
     _check_recorded_source(builder, expected, where)
+    _check_recorded_missing(builder, missing)
     return builder
   if from_aeon:
     source_dir = fetch_aeon_dataset(name).parent  # checks the pinned checksums
   builder = UeaClassification(
-    config=uea_config(name), data_dir=data_dir, file_format="array_record", source_dir=source_dir
+    config=uea_config(name), data_dir=data_dir, file_format="array_record", source_dir=source_dir, missing=missing
   )
   builder.download_and_prepare(file_format="array_record")
   return builder

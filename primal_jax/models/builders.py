@@ -17,6 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import linen as nn
 
+from primal_jax.errors import ConfigError
 from primal_jax.models.classifier import DualSequenceClassifier, SequenceClassifier
 from primal_jax.models.config import TransformerConfig
 from primal_jax.models.decision_transformer import GPT2_BODY, DecisionTransformer
@@ -40,7 +41,7 @@ class BuiltModel:
 
 def _dtype(name: str, field: str):
   if name not in DTYPES:
-    raise ValueError(f"model.{field} must be one of {sorted(DTYPES)}, got {name!r}")
+    raise ConfigError(f"model.{field} must be one of {sorted(DTYPES)}, got {name!r}")
   return DTYPES[name]
 
 
@@ -185,5 +186,5 @@ def build_model(model_config, info) -> BuiltModel:
   """The module named by `model_config.name`, sized for the data described by `info`."""
   name = model_config.name
   if name not in MODEL_BUILDERS:
-    raise ValueError(f"model.name must be one of {sorted(MODEL_BUILDERS)}, got {name!r}")
+    raise ConfigError(f"model.name must be one of {sorted(MODEL_BUILDERS)}, got {name!r}")
   return MODEL_BUILDERS[name](model_config, info)

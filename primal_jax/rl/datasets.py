@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from primal_jax.data.cache import default_cache_dir, sha256_file
+from primal_jax.errors import MissingFileError
 from primal_jax.rl import policy as pol
 
 POLICY_ROOT = Path(__file__).resolve().parents[2] / "experiments" / "results" / "d4rl" / "policies"
@@ -92,7 +93,7 @@ def policy_files(env_name: str, level: str, policy_dir: str | Path | None = None
     files = [root / f"{level}.npz"]
   missing = [f for f in files if not f.exists()]
   if missing or not files:
-    raise FileNotFoundError(f"no behaviour policy for {env_name}/{level}: {missing or root}")
+    raise MissingFileError(f"no behaviour policy for {env_name}/{level}: {missing or root}")
   return files
 
 

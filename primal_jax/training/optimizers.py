@@ -7,14 +7,20 @@ the optimizer state is a plain pytree that checkpoints and shards like params.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import optax
 
-from primal_jax.validation import check_choice
+from primal_jax.errors import ConfigError
 
 OPTIMIZERS = ("adam", "adamw", "radam")
 SCHEDULES = ("constant", "linear", "cosine")
+
+
+def _check_name(value: str, choices: tuple[str, ...], name: str) -> None:
+  if value not in choices:
+    raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
 def make_schedule(config, total_steps: int) -> Callable:
@@ -25,11 +31,11 @@ def make_schedule(config, total_steps: int) -> Callable:
       linear | cosine) and `end_lr_factor`.
     total_steps: the run's number of optimizer steps.
   """
-  check_choice(config.schedule, SCHEDULES, "optimizer.schedule")
-  if config.learning_rate <= 0:
-    raise ValueError(f"optimizer.learning_rate must be > 0, got {config.learning_rate}")
+  _check_name(config.schedule, SCHEDULES, "optimizer.schedule")
+  if not (math.isfinite(config.learning_rate) and config.learning_rate > 0):  # NaN would train NaN params
+    raise ConfigError(f"optimizer.learning_rate must be a finite number > 0, got {config.learning_rate}")
   if not 0 <= config.warmup_steps <= total_steps:
-    raise ValueError(f"optimizer.warmup_steps must be in [0, total_steps={total_steps}], got {config.warmup_steps}")
+    raise ConfigError(f"optimizer.warmup_steps must be in [0, total_steps={total_steps}], got {config.warmup_steps}")
   peak, warmup = config.learning_rate, config.warmup_steps
   decay_steps = max(total_steps - warmup, 1)
   end = config.end_lr_factor * peak
@@ -47,7 +53,7 @@ def make_schedule(config, total_steps: int) -> Callable:
 def make_optimizer(config, total_steps: int) -> tuple[optax.GradientTransformation, Callable]:
   """(optax transformation, schedule) for `config` (see `make_schedule` plus `name`,
   `b1`, `b2`, `eps`, `weight_decay` and `grad_clip_norm`, 0 = no clipping)."""
-  check_choice(config.name, OPTIMIZERS, "optimizer.name")
+  _check_name(config.name, OPTIMIZERS, "optimizer.name")
   schedule = make_schedule(config, total_steps)
   if config.name == "adam":
     opt = optax.adam(schedule, b1=config.b1, b2=config.b2, eps=config.eps)

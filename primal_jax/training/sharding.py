@@ -19,6 +19,8 @@ import numpy as np
 from flax import linen as nn
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from primal_jax.errors import ConfigError
+
 MESH_AXES = ("data", "model")
 # Logical names used by primal_jax modules -> mesh axes. Names absent here
 # (embed, kv, rank, vocab, classes, ...) are replicated.
@@ -29,27 +31,38 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, str | None], ...] = (
 )
 
 
-def resolve_mesh_shape(mesh_shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
-  """Fill one -1 entry so the product is `num_devices`, e.g. (-1, 2) on 8 devices -> (4, 2)."""
+# What a mesh that needs more devices than one CPU has should say: XLA makes N CPU devices when asked
+# before JAX starts, which is how every multi-device path here is tested.
+MORE_CPU_DEVICES = "on CPU, start with XLA_FLAGS=--xla_force_host_platform_device_count=N to get N devices"
+
+
+def resolve_mesh_shape(mesh_shape: Sequence[int], num_devices: int, hint: str = "") -> tuple[int, ...]:
+  """Fill one -1 entry so the product is `num_devices`, e.g. (-1, 2) on 8 devices -> (4, 2).
+
+  A shape the devices cannot take is a `ConfigError` naming `mesh_shape`, followed by `hint` (`make_mesh`
+  passes how to get more CPU devices when the devices are CPUs).
+  """
   shape = tuple(int(d) for d in mesh_shape)
+  hint = f"; {hint}" if hint else ""
   if len(shape) != len(MESH_AXES):
-    raise ValueError(f"mesh_shape must have {len(MESH_AXES)} entries {MESH_AXES}, got {list(mesh_shape)}")
+    raise ConfigError(f"mesh_shape must have {len(MESH_AXES)} entries {MESH_AXES}, got {list(mesh_shape)}")
   if shape.count(-1) > 1 or any(d == 0 or d < -1 for d in shape):
-    raise ValueError(f"mesh_shape entries must be positive with at most one -1, got {list(mesh_shape)}")
+    raise ConfigError(f"mesh_shape entries must be positive with at most one -1, got {list(mesh_shape)}")
   known = math.prod(d for d in shape if d != -1)
   if -1 in shape:
     if num_devices % known:
-      raise ValueError(f"mesh_shape {list(mesh_shape)} does not divide the {num_devices} devices")
+      raise ConfigError(f"mesh_shape {list(mesh_shape)} does not divide the {num_devices} devices{hint}")
     shape = tuple(num_devices // known if d == -1 else d for d in shape)
   if math.prod(shape) != num_devices:
-    raise ValueError(f"mesh_shape {list(shape)} needs {math.prod(shape)} devices, {num_devices} are available")
+    raise ConfigError(f"mesh_shape {list(shape)} needs {math.prod(shape)} devices, {num_devices} are available{hint}")
   return shape
 
 
 def make_mesh(mesh_shape: Sequence[int] = (-1, 1), devices: Sequence[jax.Device] | None = None) -> Mesh:
   """A ("data", "model") mesh with Auto axes (what Linen logical partitioning expects)."""
   devices = list(jax.devices() if devices is None else devices)
-  shape = resolve_mesh_shape(mesh_shape, len(devices))
+  on_cpu = all(device.platform == "cpu" for device in devices)
+  shape = resolve_mesh_shape(mesh_shape, len(devices), MORE_CPU_DEVICES if on_cpu else "")
   return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
 
 
