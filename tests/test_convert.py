@@ -180,6 +180,19 @@ def bad_inputs(tmp_path_factory):
   # Not an npz archive at all.
   (tmp / "garbage.npz").write_text("not a zip archive")
   shutil.copy(REFERENCE_DIR / "nlp_causal_layer.json", tmp / "garbage.json")
+  # A case whose token embedding lost columns (its per-layer output files beside it, as the case names them).
+  z = np.load(REFERENCE_DIR / "lra_primalformer.npz")
+  arrays = {k: z[k] for k in z.files}
+  arrays["model.embeddings.word_embeddings.weight"] = arrays["model.embeddings.word_embeddings.weight"][:, :3]
+  np.savez(tmp / "wrong_shape.npz", **arrays)
+  shutil.copy(REFERENCE_DIR / "lra_primalformer.json", tmp / "wrong_shape.json")
+  for layer_file in REFERENCE_DIR.glob("lra_primalformer_layer*.npz"):
+    shutil.copy(layer_file, tmp / layer_file.name)
+  # A timm state_dict whose first attention projection lost columns.
+  z = np.load(REPO / "tests" / "data" / "timm_vit_small.npz")
+  arrays = {k: z[k] for k in z.files}
+  arrays["blocks.0.attn.qkv.weight"] = arrays["blocks.0.attn.qkv.weight"][:, :10]
+  np.savez(tmp / "timm_wrong_shape.npz", **arrays)
   return {
     "side_in_place": (REFERENCE_DIR / "ts_primal_layer_layer0.npz", r"missing .*ts_primal_layer_layer0\.json"),
     "side_with_json": (tmp / "side.npz", r"no 'param_keys' array: not a reference case"),
@@ -187,20 +200,32 @@ def bad_inputs(tmp_path_factory):
     "nonexistent": (tmp / "does_not_exist.npz", r"must be an existing \.npz file.*does_not_exist\.npz"),
     "not_npz": (REFERENCE_DIR / "ts_primal_layer.json", r"must be an existing \.npz file"),
     "missing_key": (tmp / "missing_key.npz", r"no key 'concate_weight\.bias'"),
-    "garbage": (tmp / "garbage.npz", r".+"),  # numpy's own message (about pickled data)
+    "garbage": (tmp / "garbage.npz", r"garbage\.npz is not an \.npz archive"),
+    "wrong_shape": (
+      tmp / "wrong_shape.npz",
+      r"parameter /body/embed/tokens/embedding \(state_dict key model\.embeddings\.word_embeddings\.weight\) has "
+      r"shape \(\d+, 3\), but the module its JSON describes expects \(\d+, 64\)",
+    ),
+    "timm_wrong_shape": (
+      tmp / "timm_wrong_shape.npz",
+      r"blocks\.0\.attn\.qkv\.weight must be \[3D, D\], got \(\d+, 10\)",
+    ),
   }
 
 
-BAD_IN_PROCESS = ("side_in_place", "no_json", "nonexistent")  # also checked end to end, in one process
+# Also checked end to end, in one process.
+BAD_IN_PROCESS = ("side_in_place", "no_json", "nonexistent", "garbage", "wrong_shape")
 
 
 @pytest.fixture(scope="module")
 def cli_runs(bad_inputs):
   """End-to-end `python -m primal_jax.convert` runs {run: (exit code, stdout, stderr)}, run concurrently."""
+  timm_path = bad_inputs["timm_wrong_shape"][0]
   commands = {
     "ok": ["verify", str(REFERENCE_DIR / "ts_primal_layer.npz")],
     "strict": ["verify", str(REFERENCE_DIR / "nlp_causal_layer.npz"), "--tolerance", "1e-12"],
     "bad": ["verify", *(str(bad_inputs[name][0]) for name in BAD_IN_PROCESS)],
+    "timm_wrong_shape": ["timm", str(timm_path), str(timm_path.parent / "timm_out"), "--model=deit_small_patch16_224"],
   }
   procs = {name: _cli(*args) for name, args in commands.items()}
   results = {}
@@ -228,13 +253,22 @@ def test_cli_verify_fails_below_float32_accuracy(cli_runs):
 
 
 def test_cli_bad_inputs_exit_nonzero(cli_runs, bad_inputs):
-  """A side file, a case without JSON and a missing path: exit 1, one clear line each, no traceback."""
+  """A side file, a case without JSON, a missing path, a file that is no .npz archive, a weight of the wrong
+  shape: exit 2, one clear line each, no traceback."""
   rc, out, err = cli_runs["bad"]
-  assert rc == 1, out + err
+  assert rc == 2, out + err
   assert "Traceback" not in err
   for name in BAD_IN_PROCESS:
     path, message = bad_inputs[name]
     assert re.search(rf"^{re.escape(str(path))}: error: .*{message}", err, re.M), f"{name}:\n{err}"
+
+
+def test_cli_timm_names_the_wrong_shaped_weight(cli_runs, bad_inputs):
+  """A timm state_dict with a weight of the wrong shape: exit 2, one line naming the file and the parameter."""
+  rc, out, err = cli_runs["timm_wrong_shape"]
+  path, message = bad_inputs["timm_wrong_shape"]
+  assert rc == 2, out + err
+  assert re.fullmatch(rf"{re.escape(str(path))}: error: {message}\n", err), err
 
 
 def test_verify_function_reports_to_the_given_stream():
@@ -250,15 +284,17 @@ def test_verify_function_reports_to_the_given_stream():
 
 
 @pytest.mark.parametrize(
-  "run", ["side_in_place", "side_with_json", "no_json", "nonexistent", "not_npz", "missing_key", "garbage"]
+  "run",
+  ["side_in_place", "side_with_json", "no_json", "nonexistent", "not_npz", "missing_key", "garbage", "wrong_shape"],
 )
 def test_cli_each_bad_input_exits_nonzero_with_message(bad_inputs, capsys, run):
-  """`main` (what `python -m primal_jax.convert` exits with) on one bad file: 1, a clear line, no traceback."""
+  """`main` (what `python -m primal_jax.convert` exits with) on one bad file: 2 and one line naming the file (and
+  the parameter, for a weight of the wrong shape), no traceback."""
   path, message = bad_inputs[run]
-  assert cli.main(["verify", str(path)]) == 1
+  assert cli.main(["verify", str(path)]) == 2
   err = capsys.readouterr().err
   assert re.search(rf"^{re.escape(str(path))}: error: .*{message}", err, re.M), f"/{message}/ not in:\n{err}"
-  assert "FAILED" in err
+  assert len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(

@@ -10,16 +10,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import zipfile
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax.errors import ScopeParamShapeError
 
 from primal_jax.attention import PrimalAttention
 from primal_jax.convert import torch_layout
 from primal_jax.convert.rl_case import run_decision_transformer
 from primal_jax.convert.vit import run_combo_vision_transformer
+from primal_jax.errors import ConfigError
 from primal_jax.ksvd import RELEASE_SEQUENCE, KSVDSpec, collect_terms, ksvd_loss, ksvd_loss_per_sample
 from primal_jax.models import SequenceClassifier, TransformerConfig
 from primal_jax.sampling import release_sample_indices
@@ -34,6 +38,20 @@ class ReferenceCase:
   outputs: dict[str, np.ndarray]
 
 
+def load_npz(path: str | os.PathLike):
+  """`np.load` of an `.npz` archive, with a `ConfigError` naming the file when it is not one (numpy's own
+  message, about pickled data, points the wrong way)."""
+  try:
+    archive = np.load(path)
+  except (OSError, ValueError, zipfile.BadZipFile) as err:
+    raise ConfigError(
+      f"{os.fspath(path)} is not an .npz archive (a zip of .npy arrays, as numpy.savez writes)"
+    ) from err
+  if not isinstance(archive, np.lib.npyio.NpzFile):
+    raise ConfigError(f"{os.fspath(path)} holds one array (.npy), not an .npz archive of named arrays")
+  return archive
+
+
 def load_case(npz_path: str) -> ReferenceCase:
   """Reads `<case>.npz`, its `<case>.json` and the per-layer `<case>_layer<i>.npz` files."""
   if not npz_path.endswith(".npz") or not os.path.isfile(npz_path):
@@ -43,7 +61,7 @@ def load_case(npz_path: str) -> ReferenceCase:
     raise FileNotFoundError(f"missing {json_path!r} beside {npz_path!r}")
   with open(json_path) as f:
     meta = json.load(f)
-  z = np.load(npz_path)
+  z = load_npz(npz_path)
   for required in ("param_keys", "input_keys", "output_keys"):
     if required not in z:
       raise ValueError(f"{npz_path} has no {required!r} array: not a reference case")
@@ -54,7 +72,7 @@ def load_case(npz_path: str) -> ReferenceCase:
   for key, info in meta.get("outputs", {}).items():
     file = info.get("file")
     if file and file != os.path.basename(npz_path) and key not in outputs:
-      extra = np.load(os.path.join(folder, file))
+      extra = load_npz(os.path.join(folder, file))
       outputs[key] = extra[info.get("key_in_file", key.split("/")[-1])]
   return ReferenceCase(name, meta, params, inputs, outputs)
 
@@ -184,7 +202,30 @@ def run_case(case: ReferenceCase) -> dict[str, np.ndarray]:
   module_class = case.meta.get("torch_module", {}).get("class", "").split(" ")[0]
   if module_class not in RUNNERS:
     raise ValueError(f"case {case.name!r}: unsupported module class {module_class!r}; known: {tuple(RUNNERS)}")
-  return {k: np.asarray(v) for k, v in RUNNERS[module_class](case).items()}
+  try:
+    outputs = RUNNERS[module_class](case)
+  except ScopeParamShapeError as err:
+    raise _wrong_shape(case, str(err)) from err
+  return {k: np.asarray(v) for k, v in outputs.items()}
+
+
+_SHAPE_ERROR = re.compile(r'parameter "(\w+)" in "([^"]*)".*generate shape (\([\d, ]*\)).*has shape (\([\d, ]*\))')
+
+
+def _wrong_shape(case: ReferenceCase, message: str) -> ConfigError:
+  """Flax's shape error names our parameter; the state_dict key with that shape (as is or transposed, when
+  only one has it) is what the user can fix in the case file."""
+  found = _SHAPE_ERROR.search(message)
+  if not found:
+    return ConfigError(f"case {case.name!r}: a weight has the wrong shape: {message}")
+  name, scope, expected, given = found.groups()
+  shape = tuple(int(d) for d in given.strip("()").split(",") if d.strip())
+  keys = [k for k, v in case.params.items() if v.shape in (shape, shape[::-1])]
+  source = f" (state_dict key {keys[0]})" if len(keys) == 1 else ""
+  return ConfigError(
+    f"case {case.name!r}: parameter {scope}/{name}{source} has shape {given}, but the module its JSON describes "
+    f"expects {expected}"
+  )
 
 
 def relative_errors(case: ReferenceCase, ours: dict[str, np.ndarray]) -> dict[str, float]:

@@ -5,6 +5,11 @@ relative error of every output it can compute, and exits 1 if any exceeds the
 tolerance. timm: converts a timm ViT / DeiT checkpoint into an orbax checkpoint
 of `VisionTransformer` params that `config.init_from` accepts
 (`primal_jax.convert.timm`).
+
+Exit status: 0 when everything passed; 1 when an output is beyond the
+tolerance (the conversion is wrong); 2 when an input cannot be used (not an
+.npz archive, a missing file or key, a weight of the wrong shape), each said in
+one line `FILE: error: ...` naming the file and, where it is one, the parameter.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import sys
 from primal_jax.convert.cases import load_case, relative_errors, run_case
 
 DEFAULT_TOLERANCE = 1e-4
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+# What a file the user passed can do wrong; anything else is a bug and keeps its traceback.
+INPUT_ERRORS = (OSError, ValueError, KeyError)
 
 
 def verify(path: str, tolerance: float, out=None) -> bool:
@@ -35,14 +43,19 @@ def verify(path: str, tolerance: float, out=None) -> bool:
   return all(err <= tolerance for err in errors.values())
 
 
+def _one_line(err: BaseException) -> str:
+  text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)  # KeyError quotes its text
+  return " ".join(text.split())
+
+
 def _timm(args) -> int:
   from primal_jax.convert.timm import convert_timm_checkpoint
 
   try:
     described = convert_timm_checkpoint(args.checkpoint, args.out_dir, args.model)
-  except (OSError, ValueError, KeyError) as err:
-    print(f"{args.checkpoint}: error: {err}", file=sys.stderr)
-    return 1
+  except INPUT_ERRORS as err:
+    print(f"{args.checkpoint}: error: {_one_line(err)}", file=sys.stderr)
+    return EXIT_BAD_INPUT
   print(f"wrote {args.out_dir}: {args.model} ({described['num_layers']} blocks, {described['num_classes']} classes)")
   print(json.dumps(described))
   return 0
@@ -63,12 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     return _timm(args)
   if not args.tolerance > 0:  # also rejects NaN
     parser.error(f"--tolerance must be > 0, got {args.tolerance}")
-  ok = True
+  ok, bad_input = True, False
   for path in args.cases:
     try:
       ok &= verify(path, args.tolerance)
-    except (OSError, ValueError, KeyError) as err:
-      print(f"{path}: error: {err}", file=sys.stderr)
-      ok = False
-  print("all outputs within tolerance" if ok else "FAILED", file=sys.stderr)
-  return 0 if ok else 1
+    except INPUT_ERRORS as err:
+      print(f"{path}: error: {_one_line(err)}", file=sys.stderr)
+      bad_input = True
+  if not ok or not bad_input:  # a bad input has said its one line already
+    print("all outputs within tolerance" if ok else "FAILED", file=sys.stderr)
+  return EXIT_BAD_INPUT if bad_input else (0 if ok else EXIT_FAILED)

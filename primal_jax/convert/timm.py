@@ -17,12 +17,15 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from primal_jax.convert.cases import load_npz
 from primal_jax.convert.vit import vit_params
+from primal_jax.errors import ConfigError
 from primal_jax.models.vit import DEPTH, VARIANTS
 
 MODEL_NAME = re.compile(r"(deit|vit)_(tiny|small|base)_patch(\d+)_(\d+)(\..+)?")
 SIZE_NAMES = {"tiny": "Ti", "small": "S", "base": "B"}
 MODEL_FILE = "vit_model.json"
+CHECKPOINT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors", ".npz")
 
 
 def decode_model_name(name: str) -> dict:
@@ -53,8 +56,12 @@ def load_state_dict(path: str | Path) -> dict[str, np.ndarray]:
   if not path.is_file():
     raise FileNotFoundError(f"checkpoint {str(path)!r} is not a file")
   suffix = path.suffix.lower()
+  if suffix not in CHECKPOINT_SUFFIXES:
+    raise ConfigError(
+      f"checkpoint {str(path)!r}: unknown file type {suffix!r}; accepted: {', '.join(CHECKPOINT_SUFFIXES)}"
+    )
   if suffix == ".npz":
-    z = np.load(path)
+    z = load_npz(path)
     keys = [str(k) for k in z["param_keys"]] if "param_keys" in z else list(z.files)
     return {k: np.asarray(z[k], np.float32) for k in keys}
   if suffix == ".safetensors":
