@@ -24,7 +24,7 @@ def test_readme_has_two_commands_first():
   text = (ROOT / "README.md").read_text()
   fences = re.findall(r"```(\w*)\n(.*?)```", text, re.S)
   assert [lang for lang, _ in fences[:2]] == ["bash", "bash"]
-  assert "experiments.main" in fences[0][1] and "configs/uea.py" in fences[0][1]
+  assert "experiments.main" in fences[0][1] and "--config=uea " in fences[0][1]  # the packaged config, by name
   assert '".[test]"' in fences[1][1] and "pytest" in fences[1][1]
   assert "pytest -n 2" in fences[1][1]  # both cores (pytest-xdist, in the test extra)
   assert text.index(fences[0][1]) < text.index(fences[1][1]) < text.index("## ")  # the README starts with them
