@@ -10,7 +10,7 @@
   optimizers       optax optimizers and schedules from a config
   checkpoints      `Checkpointer` (orbax); checkpoint_format, warm_start (`restore_params`), preemption
   metrics          metrics.jsonl / TensorBoard writer, progress lines, tables
-  cli, config_args the absl binary and `--config=file.py:arg` parsing
+  cli, config_args the absl binary (`primal-train`); `--config=NAME|FILE[:arg]` lookup and parsing
 
 Import the submodules you need; this package imports nothing heavy by itself.
 """
