@@ -274,3 +274,31 @@ def test_batched_rollouts_are_seeded_and_scored_as_d4rl():
   assert metrics["episode_length"] == lengths.mean()
   with pytest.raises(ValueError, match="state_mean"):
     rollouts.run_episodes(model.apply, params, "hopper", **{**kw, "state_mean": np.zeros(3, np.float32)})
+
+
+def test_rollouts_run_in_the_envs_make_env_gives():
+  """`make_env` supplies each episode's env (the notebook's rendering wrapper): the episodes are the same as in
+  the default envs, and the wrapper saw every step of them."""
+  import gymnasium as gym
+
+  from primal_jax.rl.policy import make_env
+
+  model = _policy_model("padding_aware")
+  params = _policy_params(model)
+  kw = dict(
+    episodes=2, seed=5, target_return=100.0, reward_scale=100.0, state_mean=np.zeros(STATE, np.float32),
+    state_std=np.ones(STATE, np.float32), context=K, act_dim=ACT, max_ep_len=30,
+  )  # fmt: skip
+  made = []
+
+  def recording_env(name):
+    made.append(gym.wrappers.RecordEpisodeStatistics(make_env(name)))
+    return made[-1]
+
+  returns, lengths = rollouts.run_episodes(model.apply, params, "hopper", make_env=recording_env, **kw)
+  default_returns, default_lengths = rollouts.run_episodes(model.apply, params, "hopper", **kw)
+  np.testing.assert_array_equal(returns, default_returns)
+  np.testing.assert_array_equal(lengths, default_lengths)
+  assert len(made) == 2
+  np.testing.assert_array_equal([env.episode_lengths for env in made], lengths)
+  np.testing.assert_allclose([env.episode_returns for env in made], returns, rtol=1e-6)

@@ -15,6 +15,8 @@ ended keep being computed (fixed shapes) but no longer step their env.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -67,9 +69,14 @@ def evaluate(
 def run_episodes(
   apply_fn, params, env_name: str, *, episodes: int, seed: int, target_return: float, reward_scale: float,
   state_mean: np.ndarray, state_std: np.ndarray, context: int, act_dim: int, max_ep_len: int = 1000,
+  make_env: Callable[[str], Any] = pol.make_env,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-  """(returns [E] float64, lengths [E] int) of `episodes` lock-step episodes (module doc)."""
-  envs = [pol.make_env(env_name) for _ in range(episodes)]
+  """(returns [E] float64, lengths [E] int) of `episodes` lock-step episodes (module doc).
+
+  `make_env(env_name)` makes each episode's env (closed at the end): e.g. one made with
+  `render_mode="rgb_array"` and wrapped in `gymnasium.wrappers.RenderCollection` keeps the episode's frames.
+  """
+  envs = [make_env(env_name) for _ in range(episodes)]
   try:
     first = np.stack([env.reset(seed=seed + e)[0] for e, env in enumerate(envs)]).astype(np.float32)
     state_dim = first.shape[1]
