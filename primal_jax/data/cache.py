@@ -2,9 +2,10 @@
 
 One cache root for everything (`default_cache_dir()`: `$PRIMAL_JAX_DATA`, else
 `~/.cache/primal_jax`), so a machine or a test redirects all data with one
-variable. Every write goes through `write_atomically` (a temporary file in the
-same folder, then `os.replace`), so a reader, another host or a second process
-never sees half a file, and concurrent writers of the same bytes are harmless.
+variable. Every write goes through `write_atomically` (`primal_jax.atomic_files`:
+a temporary file in the same folder, fsynced, then `os.replace`), so a reader,
+another host or a second process never sees half a file, and concurrent writers
+of the same bytes are harmless.
 
 Fetched files are pinned by SHA-256 (`sha256_file`, `sha256_bytes`). Generated
 data sets (ListOps, Pathfinder) are stored as compressed `.npz` under a name
@@ -18,14 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
+
+from primal_jax.atomic_files import write_atomically  # noqa: F401 (the data modules import it from here)
 
 CACHE_ENV = "PRIMAL_JAX_DATA"
 # What reading a damaged or truncated .npz (or its side files) can raise; all mean "regenerate".
@@ -75,27 +77,6 @@ def sha256_file(path: str | Path) -> str:
 def key_digest(key: Mapping[str, Any], length: int) -> str:
   """The first `length` hex digits of the SHA-256 of `key` as sorted JSON: a cache name for what fixes the data."""
   return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:length]
-
-
-def write_atomically(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
-  """Writes `data` (bytes, or a function writing to a binary file) via a temporary file and os.replace.
-
-  The temporary file lives in the target's folder, so the rename is atomic and
-  readers see the old file, or the whole new one, never a partial one.
-  """
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      if isinstance(data, bytes):
-        f.write(data)
-      else:
-        data(f)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    Path(tmp).unlink(missing_ok=True)
-    raise
 
 
 def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:

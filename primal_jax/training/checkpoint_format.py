@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 from etils import epath
 
 WORKDIR_SUBDIR = "checkpoints"  # where the train loop keeps a run's Checkpointer directory
@@ -30,7 +32,15 @@ _MAX_REPORTED = 5
 
 
 class CheckpointError(ValueError):
-  """A checkpoint that cannot be used: absent, unreadable, or not matching the target state."""
+  """A checkpoint that cannot be used: absent, unreadable, damaged, or not matching the target state.
+
+  `step` is the step at fault when one is (None otherwise), `previous_good` the latest earlier step found
+  to verify, if it was looked for: a train loop offers to continue from it.
+  """
+
+  def __init__(self, message: str, *, step: int | None = None, previous_good: int | None = None):
+    super().__init__(message)
+    self.step, self.previous_good = step, previous_good
 
 
 def check_fingerprint(saved: dict, expected: dict, where: str) -> None:
@@ -117,3 +127,36 @@ def absolute_path(path) -> epath.Path:
   with `--workdir=runs/x` could save but never resume. URLs such as gs://... are already absolute."""
   path = epath.Path(path)
   return path if path.is_absolute() or "://" in str(path) else epath.Path(os.path.abspath(path))
+
+
+def metrics_to_floats(metrics: Mapping[str, Any] | None) -> dict[str, float]:
+  """The metrics an info record holds: one float per scalar (a ValueError names a non-scalar)."""
+  out = {}
+  for name, value in (metrics or {}).items():
+    if np.size(value) != 1:
+      raise ValueError(f"metric {name!r} must be a scalar, got shape {np.shape(value)}")
+    out[str(name)] = float(np.asarray(value).reshape(()))
+  return out
+
+
+def handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
+  """The handlers of a step's two items: the state (`StandardSave`/`Restore`) and the info record (JSON)."""
+  registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+  state_handler = ocp.StandardCheckpointHandler()
+  info_handler = ocp.JsonCheckpointHandler()
+  registry.add(STATE_ITEM, ocp.args.StandardSave, state_handler)
+  registry.add(STATE_ITEM, ocp.args.StandardRestore, state_handler)
+  registry.add(INFO_ITEM, ocp.args.JsonSave, info_handler)
+  registry.add(INFO_ITEM, ocp.args.JsonRestore, info_handler)
+  return registry
+
+
+class PinnedSteps(ocp.checkpoint_managers.PreservationPolicy):
+  """Preserves the steps a callable names (the best and the corrupt ones); combined with LatestN."""
+
+  def __init__(self, pinned: Callable[[], set[int]]):
+    self._pinned = pinned
+
+  def should_preserve(self, checkpoints, *, context) -> list[bool]:
+    pinned = self._pinned()
+    return [info.step in pinned for info in checkpoints]

@@ -1,7 +1,10 @@
 """Orbax checkpoints of the train state, checked against the target state before any array is read.
 
 Layout and fingerprints: `checkpoint_format`. A checkpoint whose fingerprint differs from the target
-state's is a `CheckpointError` naming the leaves, raised before any array is read.
+state's is a `CheckpointError` naming the leaves, raised before any array is read. Every step also
+carries the SHA-256 of each of its files (`checkpoint_checksums`), checked by `restore` before any
+array is read: altered bytes are a `CheckpointError` naming the step and the file, and offering the
+latest earlier step whose checksums verify.
 
 Atomicity is orbax's: a step is written into `<step>.orbax-checkpoint-tmp` and renamed to `<step>`
 only after every item is committed (`AtomicRenameTemporaryPath`, orbax's default on local and
@@ -19,23 +22,32 @@ from __future__ import annotations
 import datetime
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from primal_jax.training.checkpoint_checksums import (
+  NO_MANIFEST,
+  describe_problems,
+  set_aside,
+  verify_step_dir,
+  write_manifest,
+)
 from primal_jax.training.checkpoint_format import (
   FORMAT_VERSION,
   INFO_ITEM,
   STATE_ITEM,
   WORKDIR_SUBDIR,
   CheckpointError,
+  PinnedSteps,
   absolute_path,
   check_fingerprint,
   fingerprint_differences,
   first_line,
+  handler_registry,
+  metrics_to_floats,
   require_shardings,
   state_fingerprint,
   valid_fingerprint,
@@ -44,29 +56,6 @@ from primal_jax.training.preemption import PreemptionGuard
 from primal_jax.training.warm_start import restore_params
 
 log = logging.getLogger(__name__)
-
-
-# --- metrics --------------------------------------------------------------------------------------
-
-
-def _metrics_to_floats(metrics: Mapping[str, Any] | None) -> dict[str, float]:
-  out = {}
-  for name, value in (metrics or {}).items():
-    if np.size(value) != 1:
-      raise ValueError(f"metric {name!r} must be a scalar, got shape {np.shape(value)}")
-    out[str(name)] = float(np.asarray(value).reshape(()))
-  return out
-
-
-class _PinnedSteps(ocp.checkpoint_managers.PreservationPolicy):
-  """Preserves the steps a callable names (the best and the corrupt ones); combined with LatestN."""
-
-  def __init__(self, pinned: Callable[[], set[int]]):
-    self._pinned = pinned
-
-  def should_preserve(self, checkpoints, *, context) -> list[bool]:
-    pinned = self._pinned()
-    return [info.step in pinned for info in checkpoints]
 
 
 # --- the checkpointer -----------------------------------------------------------------------------
@@ -87,8 +76,9 @@ class Checkpointer:
   `corrupt_steps` and pinned: garbage collection never deletes it, so it stays until the user removes
   it. If the *latest* step is corrupt the constructor raises `CheckpointError` unless
   `allow_corrupt=True`, since resuming would fail and orbax would also skip every save at or below that
-  step. Corruption only in array data (a truncated data file) is found by `restore`, not at
-  construction; a step never restored in this process is then collected like any other old step.
+  step. Corruption only in array data (a truncated or altered data file) is found by `restore` (sizes and
+  checksums), not at construction; a step never restored in this process is then collected like any other
+  old step. `set_aside_after(step)` moves the steps after `step` out of the directory to continue from it.
 
   Not thread-safe; on multi-host, construct and call on every process (orbax synchronises them).
   """
@@ -118,16 +108,19 @@ class Checkpointer:
     self._allow_corrupt = allow_corrupt
     self._metric_values: dict[int, float] = {}
     self._corrupt: dict[int, str] = {}
+    self._async_save = async_save
+    self._saving: int | None = None  # the step whose files `_seal` hashes
     policy = ocp.checkpoint_managers.AnyPreservationPolicy(
-      [ocp.checkpoint_managers.LatestN(n=max_to_keep), _PinnedSteps(self._pinned_steps)]
+      [ocp.checkpoint_managers.LatestN(n=max_to_keep), PinnedSteps(self._pinned_steps)]
     )
     options = ocp.CheckpointManagerOptions(
       save_interval_steps=save_interval_steps,
       preservation_policy=policy,
-      enable_async_checkpointing=async_save,
+      enable_async_checkpointing=True,  # always: orbax calls `_seal` only on its async path; sync = save + wait
+      async_options=ocp.AsyncOptions(post_finalization_callback=self._seal),
       cleanup_tmp_directories=False,
     )
-    self._manager = ocp.CheckpointManager(self._directory, options=options, handler_registry=_handler_registry())
+    self._manager = ocp.CheckpointManager(self._directory, options=options, handler_registry=handler_registry())
     self._scan()
 
   def _scan(self) -> None:
@@ -201,7 +194,7 @@ class Checkpointer:
       return False
     if step in self._manager.all_steps():
       raise CheckpointError(f"checkpoint {self._step_dir(step)} already exists; steps are never overwritten")
-    floats = _metrics_to_floats(metrics)
+    floats = metrics_to_floats(metrics)
     info = {
       "format_version": FORMAT_VERSION,
       "step": step,
@@ -215,7 +208,11 @@ class Checkpointer:
       self._metric_values[step] = value  # before saving: the retention decision is taken inside save
     args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), INFO_ITEM: ocp.args.JsonSave(info)})
     try:
+      self._manager.wait_until_finished()  # orbax would wait inside save: `_seal` must still see the previous step
+      self._saving = step
       self._manager.save(step, args=args, force=True)
+      if not self._async_save:
+        self._manager.wait_until_finished()
     except BaseException:
       self._metric_values.pop(step, None)
       raise
@@ -237,8 +234,9 @@ class Checkpointer:
 
     Raises:
       CheckpointError: no such step; the fingerprint differs from the target's (names the first
-        differing leaves with saved vs expected shape); or the step is unreadable (names the path; the
-        step is then pinned against garbage collection, nothing is deleted).
+        differing leaves with saved vs expected shape); a file differs from its recorded size or SHA-256
+        (names the step and the file, and the latest earlier step that verifies); or the step is unreadable
+        (names the path). A damaged step is pinned against garbage collection; nothing is deleted.
       ValueError: a leaf of `abstract_state` has no sharding.
     """
     require_shardings(abstract_state, "abstract_state")
@@ -246,6 +244,7 @@ class Checkpointer:
     step = self._resolve_step(step)
     info = self._read_info(step)
     check_fingerprint(info["fingerprint"], state_fingerprint(abstract_state), str(self._step_dir(step)))
+    self._check_checksums(step)
     args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(abstract_state)})
     try:
       restored = self._manager.restore(step, args=args)[STATE_ITEM]
@@ -257,6 +256,36 @@ class Checkpointer:
   def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
     """The module-level `restore_params`: only the params of another run's checkpoint (`config.init_from`)."""
     return restore_params(path, abstract_params, step=step)
+
+  def verify(self, step: int) -> list[str] | None:
+    """Files of `step` that differ from their recorded size or SHA-256 ([] if none; None: nothing recorded)."""
+    self._manager.wait_until_finished()
+    return verify_step_dir(self._step_dir(self._resolve_step(step)))
+
+  def last_verified_step(self, before: int | None = None) -> int | None:
+    """The latest step (below `before`, if given) whose files match their checksums; None if there is none.
+
+    Reads every file of each step it tries, so it is for error paths, not for every step of a run.
+    """
+    for step in reversed(self.all_steps()):
+      if (before is None or step < before) and step not in self._corrupt and self.verify(step) == []:
+        return step
+    return None
+
+  def set_aside_after(self, step: int) -> list[epath.Path]:
+    """Moves every step after `step` to `<directory>.set_aside/` so that a run continues from `step`.
+
+    The way back from a damaged latest step: the moved steps are kept (evidence, never deleted), orbax
+    no longer lists them, and the run saves those step numbers again. Returns where they went.
+    """
+    self._manager.wait_until_finished()
+    step = self._resolve_step(step)
+    moved = [set_aside(self._directory, s) for s in self.all_steps() if s > step]
+    self._manager.reload()
+    for s in [s for s in (*self._corrupt, *self._metric_values) if s > step]:
+      self._corrupt.pop(s, None)
+      self._metric_values.pop(s, None)
+    return moved
 
   def wait_until_finished(self) -> None:
     self._manager.wait_until_finished()
@@ -301,12 +330,39 @@ class Checkpointer:
       raise CheckpointError(f"no checkpoint for step {step} in {self._directory}; available steps: {steps}")
     return int(step)
 
+  def _seal(self) -> None:
+    """orbax's post-finalization callback (primary process, before the tmp directory is renamed)."""
+    tmp = self._directory / f"{self._saving}{ocp.path.atomicity.TMP_DIR_SUFFIX}"
+    write_manifest(tmp if tmp.exists() else self._step_dir(self._saving))
+
+  def _check_checksums(self, step: int) -> None:
+    problems = verify_step_dir(self._step_dir(step))
+    if problems is None:
+      log.warning("checkpoint %s: %s; restored without verifying its bytes", self._step_dir(step), NO_MANIFEST)
+      return
+    if not problems:
+      return
+    self._corrupt[step] = f"checksum mismatch: {describe_problems(problems)}"
+    previous = self.last_verified_step(before=step)
+    offer = (
+      f"The latest earlier step whose checksums verify is {previous}"
+      if previous is not None
+      else "No earlier step verifies"
+    )
+    raise CheckpointError(
+      f"checkpoint step {step} ({self._step_dir(step)}) is damaged: its files differ from the checksums recorded "
+      f"when it was saved: {describe_problems(problems)}; nothing was deleted. {offer}.",
+      step=step,
+      previous_good=previous,
+    )
+
   def _corrupt_error(self, step: int, what: str, err: BaseException) -> CheckpointError:
     reason = f"{what}: {first_line(err)}"
     self._corrupt[step] = reason
     return CheckpointError(
       f"checkpoint {self._step_dir(step)} is unreadable (corrupt or incomplete); nothing was deleted and "
-      f"it will not be garbage-collected. Remove it yourself to resume from an earlier step. Cause: {reason}"
+      f"it will not be garbage-collected. Remove it yourself to resume from an earlier step. Cause: {reason}",
+      step=step,
     )
 
   def _read_info(self, step: int) -> dict:
@@ -326,17 +382,6 @@ class Checkpointer:
       raise self._corrupt_error(step, f"reading the {STATE_ITEM} metadata failed", err) from err
     if metadata is None:
       raise self._corrupt_error(step, f"the {STATE_ITEM} item is missing", FileNotFoundError(str(self._step_dir(step))))
-
-
-def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
-  registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
-  state_handler = ocp.StandardCheckpointHandler()
-  info_handler = ocp.JsonCheckpointHandler()
-  registry.add(STATE_ITEM, ocp.args.StandardSave, state_handler)
-  registry.add(STATE_ITEM, ocp.args.StandardRestore, state_handler)
-  registry.add(INFO_ITEM, ocp.args.JsonSave, info_handler)
-  registry.add(INFO_ITEM, ocp.args.JsonRestore, info_handler)
-  return registry
 
 
 __all__ = [  # the format's and the preemption guard's names too: one import for a train loop

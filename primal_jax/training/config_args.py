@@ -26,6 +26,7 @@ from typing import Any
 
 import primal_jax.configs
 from primal_jax.errors import ConfigError, MissingFileError
+from primal_jax.training.run_config import add_run_controls
 
 CONFIG_PACKAGE = primal_jax.configs.__name__
 
@@ -123,6 +124,7 @@ def load_config(spec: str | Path, *, lock: bool = True):
   if not hasattr(module, "get_config"):
     raise ConfigError(f"config {source} defines no get_config(arg)")
   config = module.get_config(arg or None)
+  add_run_controls(config)  # resume_step, accept_config_changes: every config has them, a user's own too
   if lock:
     config.lock()
   return config

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from primal_jax.atomic_files import read_json, write_json_atomically
 from primal_jax.training.checkpoints import Checkpointer
 from primal_jax.training.metrics import MetricWriter
 from primal_jax.training.objectives import Objective
@@ -192,7 +192,8 @@ class Evaluations:
     self._path = Path(workdir) / HISTORY_FILE
     self.history: list[dict] = []
     if start and self._path.exists():
-      self.history = [h for h in json.loads(self._path.read_text()) if h["step"] <= start]
+      remedy = "Remove it to resume with an empty history (the summary's best-of values then cover later evaluations)."
+      self.history = [h for h in read_json(self._path, "the run's evaluations", remedy=remedy) if h["step"] <= start]
     self.best = _BestState(self.history, protocol) if protocol.test_eval == "best_validation" else None
 
   def missing_best_checkpoint(self, ckpt: Checkpointer) -> int | None:
@@ -216,7 +217,7 @@ class Evaluations:
     if self.best is not None:
       self.best.update(row, state)
     if self._writer.is_primary:
-      self._path.write_text(json.dumps(self.history, indent=1))
+      write_json_atomically(self._path, self.history, indent=1)
     epoch = step / self._exp.pipeline.steps_per_epoch
     self._log(f"  eval at step {step} (epoch {epoch:g}): " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     return metrics

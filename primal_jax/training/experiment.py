@@ -20,14 +20,17 @@ from jax.sharding import Mesh
 
 from primal_jax.data.registry import get_input_pipeline
 from primal_jax.models.builders import BuiltModel, build_model
-from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer
+from primal_jax.training.checkpoint_checksums import SET_ASIDE_SUFFIX
+from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer, CheckpointError
 from primal_jax.training.evaluation import evaluate_split
 from primal_jax.training.objectives import Objective, get_objective
 from primal_jax.training.optimizers import make_optimizer
+from primal_jax.training.run_config import run_config, unflatten
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
 from primal_jax.training.state import TrainState, abstract_state, init_state, make_init_fn
 from primal_jax.training.steps import ksvd_spec, make_eval_step, make_train_step
 from primal_jax.training.warm_start import restore_matching_params
+from primal_jax.training.workdir_lock import lock_workdir
 from primal_jax.validation import check_choice
 
 # `config.init_from_mode`: "exact" (the saved params are the model's, leaf for leaf) or "matching" (fine-tuning
@@ -105,14 +108,25 @@ def build_experiment(config) -> Experiment:
 def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainState, str]:
   """The run's state and where it came from, in the resume order of `loop`'s docstring.
 
+  `config.resume_step` N >= 0 resumes from step N instead of the latest: once N is restored (its checksums
+  verified), the steps after it are moved to `<checkpoints>.set_aside/` (kept, never deleted). A damaged
+  latest step is a CheckpointError naming the step and the file and offering the latest step that verifies.
+
   `config.init_from_mode="matching"` fine-tunes from pretrained params of another model (`INIT_FROM_MODES`); a
   module's `adapt_pretrained` (e.g. `VisionTransformer`'s position-embedding resize) adapts leaves of another shape,
   its `keep_init_on_finetune(path)` names leaves to keep initialised (the release's fresh Primal query and key).
   """
   config = experiment.config
-  latest = ckpt.latest_step()
+  latest, wanted = ckpt.latest_step(), config.get("resume_step", -1)
+  if wanted >= 0:
+    if wanted not in ckpt.all_steps():
+      raise CheckpointError(f"resume_step={wanted}: no such checkpoint in {ckpt.directory}; steps: {ckpt.all_steps()}")
+    state, _ = _restore(experiment, ckpt, wanted)
+    moved = ckpt.set_aside_after(wanted)
+    aside = f"; steps {[int(p.name.split('-')[0]) for p in moved]} set aside in {moved[0].parent}" if moved else ""
+    return state, f"resumed from step {wanted} of {ckpt.directory}{aside}"
   if latest is not None:
-    state, _ = ckpt.restore(experiment.abstract, step=latest)
+    state, _ = _restore(experiment, ckpt, latest)
     return state, f"resumed from step {latest} of {ckpt.directory}"
   state = init_state(experiment.init_fn, experiment.rng, experiment.shardings)
   if config.get("init_from"):
@@ -128,6 +142,23 @@ def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainSt
   return state, "initialised from scratch"
 
 
+def _restore(experiment: Experiment, ckpt: Checkpointer, step: int):
+  """`ckpt.restore`, a damaged step's error extended with how to continue from the latest step that verifies."""
+  try:
+    return ckpt.restore(experiment.abstract, step=step)
+  except CheckpointError as err:
+    if err.step is None:  # not damage (a different model, no such step): nothing to fall back to
+      raise
+    previous = err.previous_good if err.previous_good is not None else ckpt.last_verified_step(before=err.step)
+    hint = (
+      f" To continue the run from step {previous}, rerun with --config.resume_step={previous} (resume_step="
+      f"{previous} in the config): the steps after it are moved to {ckpt.directory}{SET_ASIDE_SUFFIX}/, not deleted."
+      if previous is not None
+      else " No earlier step verifies: start the run again in a new workdir."
+    )
+    raise CheckpointError(f"{err}{hint}", step=err.step, previous_good=previous) from err
+
+
 def write_initial_run(config, workdir: str | Path) -> str:
   """A run workdir (`config.json` and a step-0 checkpoint) holding `config`'s initial state, without training.
 
@@ -139,25 +170,28 @@ def write_initial_run(config, workdir: str | Path) -> str:
 
   workdir = Path(workdir)
   experiment = build_experiment(config)
-  with Checkpointer(workdir / WORKDIR_SUBDIR, max_to_keep=None, async_save=False) as ckpt:
+  with (
+    lock_workdir(workdir, primary=jax.process_index() == 0),
+    Checkpointer(workdir / WORKDIR_SUBDIR, max_to_keep=None, async_save=False) as ckpt,
+  ):
     if ckpt.latest_step() is not None:
       raise ValueError(f"workdir {workdir} already holds a run (step {ckpt.latest_step()}); choose a new directory")
     state, origin = restore_or_init(experiment, ckpt)
     ckpt.save(0, state, force=True)
-  MetricWriter(workdir, is_primary=jax.process_index() == 0, tensorboard=False).write_config(config.to_dict())
+    MetricWriter(workdir, is_primary=jax.process_index() == 0, tensorboard=False).write_config(config.to_dict())
   return origin
 
 
 def load_run_config(workdir: str | Path, data_dir: str | None = None):
-  """The ConfigDict a run saved in `<workdir>/config.json` (`data.data_dir` replaced when given)."""
-  import json
-
+  """The ConfigDict a run last trained with: `<workdir>/config.json` with the changes accepted on resume
+  (`run_config`) applied, `data.data_dir` replaced when given."""
   import ml_collections
 
-  path = Path(workdir) / "config.json"
-  if not path.is_file():
+  flat = run_config(workdir)
+  if flat is None:
+    path = Path(workdir) / "config.json"
     raise FileNotFoundError(f"{path} does not exist: --workdir must be a directory written by experiments.main")
-  config = ml_collections.ConfigDict(json.loads(path.read_text()))
+  config = ml_collections.ConfigDict(unflatten(flat))
   if data_dir is not None:
     config.data.data_dir = data_dir
   return config

@@ -20,23 +20,25 @@ evaluation would write (short sweep runs); `checkpoint_every_steps` and SIGTERM 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
 
+from primal_jax.atomic_files import write_json_atomically
 from primal_jax.launch import host_allocator
 from primal_jax.models.config import stack_name
 from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer, PreemptionGuard
 from primal_jax.training.evaluation import TEST_EVALS, Evaluations, eval_protocol, summary_rows
 from primal_jax.training.experiment import Experiment, build_experiment, evaluate, load_state, restore_or_init
-from primal_jax.training.metrics import MetricWriter, Progress, summary_table
+from primal_jax.training.metrics import CONFIG_FILE, MetricWriter, Progress, summary_table
 from primal_jax.training.objectives import metric_mode
+from primal_jax.training.run_config import check_fallback, check_resume, record_changes
 from primal_jax.training.sharding import global_batch, maybe_initialize_distributed
 from primal_jax.training.state import TrainState
 from primal_jax.training.steps import train_scalars
+from primal_jax.training.workdir_lock import lock_workdir
 
 # The experiment helpers are re-exported: `from primal_jax.training.loop import load_state, evaluate` in analysis.
 __all__ = [
@@ -48,6 +50,9 @@ __all__ = [
   "load_state",
   "train_and_evaluate",
 ]
+
+
+SUMMARY_FILE = "summary.json"
 
 
 class TrainingError(RuntimeError):
@@ -76,10 +81,13 @@ class _PendingScalars:
       values = train_scalars(self._objective, jax.device_get(scalars))
       if not math.isfinite(values["loss"]):
         self._ckpt.wait_until_finished()
+        good, latest = self._ckpt.last_verified_step(), self._ckpt.latest_step()
+        damaged = f" (the later step {latest} fails its checksums)" if latest not in (good, None) else ""
         raise TrainingError(
-          f"non-finite loss ({values['loss']}) at step {step}; nothing was saved after it. Last good "
-          f"checkpoint: step {self._ckpt.latest_step()} in {self._ckpt.directory} (lower the learning rate, "
-          "enable optimizer.grad_clip_norm or check the data, then rerun to resume from it)"
+          f"non-finite loss ({values['loss']}) at step {step}; nothing was saved after it. Last good checkpoint "
+          f"(its checksums verified): step {good} in {self._ckpt.directory}{damaged} (lower the learning rate, "
+          f"enable optimizer.grad_clip_norm or check the data, then rerun with --config.resume_step={good} to "
+          "resume from it)"
         )
     return values
 
@@ -141,21 +149,36 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
   task's selection metric over evaluations and its step), "test_at_best_validation" when a validation
   split exists, "steps", "num_params", "test_eval", and "preempted" if a SIGTERM stopped the run
   (after saving; run again to continue).
+
+  The workdir is locked for the whole run (`workdir_lock`: a second writer is refused at once), and a
+  run already in it is continued only with a config that keeps its continuity (`run_config`), checked
+  before anything is written; `config.json` keeps the config the run started with.
   """
   maybe_initialize_distributed(config.get("distributed", "auto"))
   workdir, primary = Path(workdir), jax.process_index() == 0
-  log = print_fn if primary else (lambda _: None)
+  with lock_workdir(workdir, primary=primary):
+    return _train_and_evaluate(config, workdir, primary, print_fn if primary else (lambda _: None))
+
+
+def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str], None]) -> dict:
+  resume = check_resume(config, workdir)  # reads only: a refused config leaves the run's records as they were
   exp = build_experiment(config)
   protocol = eval_protocol(config, exp.pipeline.info.split_sizes, exp.objective)
   best_metric = config.get("best_metric") or None
+  # allow_corrupt: a damaged latest step is reported by the restore, with the step to fall back to.
   ckpt = Checkpointer(
     workdir / WORKDIR_SUBDIR, max_to_keep=config.max_to_keep, best_metric=best_metric,
-    best_mode=metric_mode(best_metric) if best_metric else "max",
+    best_mode=metric_mode(best_metric) if best_metric else "max", allow_corrupt=True,
   )  # fmt: skip
-  writer = MetricWriter(workdir, is_primary=primary)
-  writer.write_config(config.to_dict())
-  state, origin = restore_or_init(exp, ckpt)
+  check_fallback(workdir, config.get("resume_step", -1), ckpt.latest_step())
+  steps = set(ckpt.all_steps())
+  state, origin = restore_or_init(exp, ckpt)  # before any run file is opened: a failed restore writes nothing
   start = int(jax.device_get(state.step))
+  writer = MetricWriter(workdir, is_primary=primary)
+  if primary and not (workdir / CONFIG_FILE).exists():
+    writer.write_config(config.to_dict())
+  if primary:
+    record_changes(workdir, start, resume, set_aside=steps - set(ckpt.all_steps()))
   log(
     f"{config.model.name}/{stack_name(config.model.layers)}: {exp.num_params:,} params, {exp.total_steps} steps "
     f"({exp.pipeline.steps_per_epoch}/epoch), mesh {dict(exp.mesh.shape)}, {jax.process_count()} process(es); {origin}"
@@ -176,7 +199,7 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
   ckpt.close()
   summary["test_eval"] = protocol.test_eval
   if primary:
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_json_atomically(workdir / SUMMARY_FILE, summary, indent=1)
     if rows := summary_rows(summary, protocol.metric):
       log(summary_table(rows, ["metric", "step", "value"]))
   writer.close()

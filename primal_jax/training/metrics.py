@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from primal_jax.atomic_files import write_json_atomically
+
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
 TENSORBOARD_DIR = "tensorboard"
@@ -54,6 +56,11 @@ def _json_default(obj: Any):
   if isinstance(obj, (set, frozenset)):
     return sorted(obj, key=repr)
   return str(obj)
+
+
+def config_record(config) -> dict:
+  """`config` (a ConfigDict or a mapping) as `config.json` holds it: JSON types only, tuples as lists."""
+  return json.loads(json.dumps(config, default=_json_default))
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -129,13 +136,11 @@ class MetricWriter:
         self._tb.add_scalar(f"{prefix}/{name}", value, global_step=int(step), walltime=now)
 
   def write_config(self, config) -> Path | None:
-    """Writes `<workdir>/config.json` (replacing it atomically); returns its path, None off the primary."""
+    """Writes `<workdir>/config.json` (replacing it atomically, fsynced); returns its path, None off the primary."""
     if not self._is_primary:
       return None
     path = self._workdir / CONFIG_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True, default=_json_default) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomically(path, config, indent=2, sort_keys=True, default=_json_default)
     return path
 
   def flush(self) -> None:

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from primal_jax.training.checkpoint_checksums import describe_problems, verify_step_dir
 from primal_jax.training.checkpoint_format import (
   INFO_ITEM,
   STATE_ITEM,
@@ -99,6 +100,12 @@ def _open_params(path, step: int | None):
       raise CheckpointError(f"{unreadable}: reading the {INFO_ITEM} record failed: {first_line(err)}") from err
     if not isinstance(info, dict) or not valid_fingerprint(info.get("fingerprint")):
       raise CheckpointError(f"{unreadable}: the {INFO_ITEM} record has no valid fingerprint")
+    if problems := verify_step_dir(root / str(step)):  # another run's bytes are checked as our own are
+      raise CheckpointError(
+        f"checkpoint {where} is damaged: its files differ from the checksums recorded when it was saved: "
+        f"{describe_problems(problems)}. Nothing was deleted; name another step of it (step=...)",
+        step=step,
+      )
     leaves = info["fingerprint"]["leaves"]
     saved = [dict(x, path=x["path"][len("params/") :]) for x in leaves if x["path"].startswith("params/")]
     if not saved:
@@ -123,7 +130,8 @@ def restore_params(path, abstract_params, *, step: int | None = None) -> Any:
 
   Raises:
     CheckpointError: no checkpoint there, no `params` subtree, a params fingerprint that differs from
-      `abstract_params` (naming the leaves), or an unreadable checkpoint.
+      `abstract_params` (naming the leaves), files that differ from their recorded checksums (naming
+      them), or an unreadable checkpoint.
   """
   require_shardings(abstract_params, "abstract_params")
   with _open_params(path, step) as saved:
