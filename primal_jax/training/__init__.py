@@ -8,8 +8,7 @@
   state            the train state pytree and its sharded initialisation
   sharding         device mesh, logical-axis rules, global batches
   optimizers       optax optimizers and schedules from a config
-  checkpoints      `Checkpointer` (orbax); checkpoint_format, checkpoint_checksums (SHA-256 per file, verified
-                   on restore), warm_start (`restore_params`), preemption
+  checkpoints      `Checkpointer` (orbax); checkpoint_format, checkpoint_checksums, warm_start, preemption
   run_config       config continuity on resume: `config.json` kept, changes refused or recorded
   workdir_lock     one writer per workdir (`flock` on `run.lock`)
   metrics          metrics.jsonl / TensorBoard writer, progress lines, tables
