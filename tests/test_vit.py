@@ -19,6 +19,7 @@ from primal_jax.models.blocks import EncoderBlock
 from primal_jax.models.config import TransformerConfig
 from primal_jax.models.vit import (
   VisionTransformer,
+  adapt_patch_kernel,
   decode_variant,
   resize_pos_embed,
   vit_config,
@@ -137,6 +138,26 @@ def test_drop_path_drops_whole_branches_per_sample():
   assert 70 <= unchanged.sum() <= 130  # both branches dropped: p = 0.25 of 400
   # A sample whose attention branch is dropped sees x + 2 * mlp(norm2(x)) (kept MLP branch scaled by 2).
   assert not np.allclose(y, plain.apply(variables, x, None, True))
+
+
+def test_adapt_patch_kernel():
+  """RGB -> gray sums the channels (a gray image as R = G = B embeds exactly as before); another patch size
+  keeps a uniform patch's embedding for a constant kernel; what cannot be adapted is None."""
+  rng = np.random.default_rng(0)
+  kernel = rng.standard_normal((8, 8, 3, 5)).astype(np.float32)
+  gray = rng.standard_normal((8, 8)).astype(np.float32)
+  adapted = adapt_patch_kernel(kernel, (8, 8, 1, 5))
+  assert adapted.shape == (8, 8, 1, 5) and adapted.dtype == np.float32
+  np.testing.assert_allclose(
+    np.einsum("pqc,pqcd->d", np.repeat(gray[..., None], 3, -1), kernel),
+    np.einsum("pq,pqd->d", gray, adapted[:, :, 0]),
+    rtol=1e-5, atol=1e-5,
+  )  # fmt: skip
+  constant = np.full((8, 8, 3, 2), 0.25, np.float32)
+  smaller = adapt_patch_kernel(constant, (7, 7, 1, 2))
+  np.testing.assert_allclose(smaller.sum(axis=(0, 1, 2)), constant.sum(axis=(0, 1, 2)), rtol=1e-6)
+  assert adapt_patch_kernel(kernel, (8, 8, 3, 6)) is None and adapt_patch_kernel(kernel, (8, 8, 2, 5)) is None
+  assert VisionTransformer.adapt_pretrained("patch_embed/kernel", kernel, (7, 7, 1, 5)).shape == (7, 7, 1, 5)
 
 
 def test_resize_pos_embed():

@@ -223,10 +223,33 @@ class VisionTransformer(nn.Module):
   @staticmethod
   def adapt_pretrained(path: str, saved: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """`restore_matching_params`' adapter: a pretrained position embedding resized to this image size
-    (DeiT's fine-tuning rule); any other leaf of another shape is left to the caller (None)."""
+    (DeiT's fine-tuning rule), a patch embedding brought to this patch size and channel count
+    (`adapt_patch_kernel`); any other leaf of another shape is left to the caller (None)."""
     if path == "pos_embed" and saved.ndim == 3 and saved.shape[2] == shape[2]:
       return resize_pos_embed(saved, shape[1])
+    if path == "patch_embed/kernel" and saved.ndim == 4 and len(shape) == 4:
+      return adapt_patch_kernel(saved, shape)
     return None
+
+
+def adapt_patch_kernel(kernel: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+  """A pretrained patch embedding kernel [P, Q, C, D] for patches [P', Q', C', D] (None if it cannot be).
+
+  RGB to grayscale (C = 3, C' = 1) sums the colour channels, as timm's `adapt_input_conv` does: a gray image
+  read as R = G = B then embeds exactly as before. Another patch size resizes the kernel bilinearly and scales
+  it by PQ / P'Q', so that a uniform patch keeps its embedding (exactly for a constant kernel, approximately
+  otherwise: fine-tuning is expected to correct the rest). Any other change (width, other channel counts) is
+  None.
+  """
+  kernel = np.asarray(kernel)
+  (p, q, c, d), (p2, q2, c2, d2) = kernel.shape, tuple(shape)
+  if d != d2 or (c, c2) not in ((c2, c2), (3, 1)):
+    return None
+  out = kernel.sum(axis=2, keepdims=True) if c != c2 else kernel
+  if (p, q) != (p2, q2):
+    resized = jax.image.resize(jnp.asarray(out, jnp.float32), (p2, q2, c2, d), method="linear")
+    out = np.asarray(resized) * (p * q / (p2 * q2))
+  return out.astype(kernel.dtype)
 
 
 def resize_pos_embed(pos_embed: np.ndarray, num_tokens: int) -> np.ndarray:
