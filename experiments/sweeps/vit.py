@@ -4,7 +4,7 @@ r"""Vision sweep on Fashion-MNIST (offline): DeiT vs Primal.+DeiT (paper Table 5
 
 Tables (`--only=` picks some):
   fashion_mnist: DeiT (softmax in every block) and Primal.+DeiT (the last block the release's CV Primal
-    layer, s = 8, eta 0.05), `seeds` seeds each, the `short` config of experiments/configs/vit.py
+    layer, s = 8, eta 0.05), `seeds` seeds each, the `short` config of primal_jax/configs/vit.py
     (4 blocks, width 64, 3,000 steps).
   eta0: Primal.+DeiT with eta = 0 (no KSVD loss), seed 0: with seed 0 of the two above, the runs of
     Figure 1's comparison (`python -m experiments.spectrum`, docs/results.md).
@@ -17,13 +17,10 @@ Arguments (`--sweep=experiments/sweeps/vit.py:seeds=3`): seeds (3); smoke: secon
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from experiments.sweeping import Cell, Run, Sweep
 from primal_jax.training.config_args import parse_config_arg
 
-_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "vit.py"
+CONFIG = "vit"  # the packaged config (primal_jax/configs/vit.py), by name
 MODELS = (("DeiT", "deit", 74.2), ("Primal.+DeiT", "primal_plus", 75.7))  # paper Table 5, ImageNet-100 top-1
 TITLES = {
   "fashion_mnist": "Fashion-MNIST (embedded data): DeiT vs Primal.+DeiT",
@@ -33,11 +30,10 @@ TITLES = {
 
 def get_sweep(arg: str | None = None) -> Sweep:
   args = parse_config_arg(arg, {"seeds": 3, "smoke": False})
-  config = os.path.relpath(_CONFIG)
   size = "short,smoke" if args["smoke"] else "short"
   runs = [
     Run(
-      f"{config}:model={model},{size}",
+      f"{CONFIG}:model={model},{size}",
       Cell("fashion_mnist", (("dataset", "fashion_mnist"), ("model", label)), paper),
       seed,
       "own_validation",
@@ -48,7 +44,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
   ]
   eta0 = Cell("eta0", (("dataset", "fashion_mnist"), ("model", "Primal.+DeiT"), ("eta", "0")), None)
   runs.append(
-    Run(f"{config}:model=primal_plus,{size}", eta0, 0, "own_validation", {"checkpoint_on_eval": True, "ksvd.eta": 0.0})
+    Run(f"{CONFIG}:model=primal_plus,{size}", eta0, 0, "own_validation", {"checkpoint_on_eval": True, "ksvd.eta": 0.0})
   )
   notes = f"{size} runs; see experiments/sweeps/vit.py. Values: top-1 test accuracy (%), 10,000 test images."
   return Sweep(tuple(runs), titles=TITLES, notes=notes)
