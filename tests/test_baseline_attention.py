@@ -522,3 +522,44 @@ def test_dropout_on_head_outputs():
   noisy = drop.apply({"params": params}, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
   assert ref.rel_err(noisy, base.apply({"params": params}, x)) > 1e-3
   assert math.isfinite(float(jnp.sum(noisy)))
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_masks_beyond_padding_are_refused(name):
+  """A causal (or causal + padding) Flax mask given to a non-causal baseline, and an additive float mask, are
+  refused (ValueError eagerly, NaN rows under jit) instead of being reduced to padding; a padding mask built as
+  a Flax attention mask still works. Before: the causal mask was silently dropped."""
+  module = _module(name)
+  x = normal(11, (B, N, D))
+  pad = padding_mask(0, B, N)
+  params = random_params(module, x, mask=pad)
+  causal = nn.combine_masks(nn.make_attention_mask(pad, pad), nn.make_causal_mask(pad))
+  with pytest.raises(ValueError, match="cannot honour this mask"):
+    module.apply({"params": params}, x, mask=causal)
+  additive = jnp.where(nn.make_attention_mask(pad, pad), 0.0, -1e9)
+  with pytest.raises(ValueError, match="additive mask"):
+    module.apply({"params": params}, x, mask=additive)
+  jitted = jax.jit(lambda m: module.apply({"params": params}, x, mask=m))
+  assert np.isnan(np.asarray(jitted(causal))).all(axis=(1, 2)).all()
+  np.testing.assert_allclose(
+    np.asarray(module.apply({"params": params}, x, mask=nn.make_attention_mask(pad, pad))),
+    np.asarray(module.apply({"params": params}, x, mask=pad)),
+    rtol=1e-6,
+    atol=1e-6,
+  )
+
+
+@pytest.mark.parametrize("name", ["linear", "cosformer"])
+def test_causal_baseline_honours_a_causal_mask(name):
+  """A causal baseline mixes only j <= i, so a causal (+ padding) mask is honoured and equals the padding mask."""
+  module = _module(name, causal=True)
+  x = normal(12, (B, N, D))
+  pad = np.ones((B, N), bool)
+  params = random_params(module, x, mask=pad)
+  causal = nn.combine_masks(nn.make_attention_mask(pad, pad), nn.make_causal_mask(pad))
+  np.testing.assert_allclose(
+    np.asarray(module.apply({"params": params}, x, mask=causal)),
+    np.asarray(module.apply({"params": params}, x, mask=pad)),
+    rtol=1e-6,
+    atol=1e-6,
+  )

@@ -4,7 +4,9 @@
 paddings; subclasses only implement `attend_heads`, which calls a pure function
 on those arrays. None of these mechanisms has an N x M weight matrix that a
 general attention mask could edit, so a mask is reduced to key (and query)
-padding; causality comes from the `causal` attribute alone.
+padding; causality comes from the `causal` attribute alone. A mask that says more
+than padding (a causal mask given to a non-causal layer, a block or per-head mask)
+or an additive float mask is therefore refused (`mask_checks`), never reduced silently.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from primal_jax.attention.shell import AttentionShell
+from primal_jax.masks import mask_values_ok, refuse_unhonoured
 
 
 def compute_dtype(dtype) -> Any:
@@ -53,6 +56,32 @@ def padding_masks(
     f"mask must have shape [batch, keys] = {(batch, k_len)} or "
     f"[batch, 1 or heads, queries, keys] = {(batch, '1|H', q_len, k_len)}, got {shape}"
   )
+
+
+def mask_checks(
+  mask: jax.Array | None, query_valid: jax.Array | None, key_valid: jax.Array | None, causal: bool, name: str
+) -> list[tuple[jax.Array, str]]:
+  """([B] ok, message) pairs for `refuse_unhonoured`: the mask's values are 0/1, and it allows every
+  (query, key) pair of real positions that the layer mixes (all of them, or j <= i when `causal`)."""
+  if mask is None or mask.ndim == 2:  # a padding vector says nothing beyond padding
+    return []
+  batch = mask.shape[0] if query_valid is None else query_valid.shape[0]
+  values = (
+    mask_values_ok(mask, batch),
+    f"{name}: mask must hold only 0 and 1 or booleans (True = may attend); an additive mask (0 = attend, "
+    "-inf = not) is not accepted: pass the boolean mask it was built from",
+  )
+  used = query_valid[:, :, None] & key_valid[:, None, :]  # [B, N, M]
+  if causal:
+    used = used & jnp.tril(jnp.ones(used.shape[1:], bool))
+  allowed = mask.astype(bool)  # [B|1, 1|H, N, M]
+  honoured = jnp.broadcast_to(jnp.all(allowed | ~used[:, None], axis=(1, 2, 3)), (batch,))
+  hint = "set causal=True for a causal mask, where the mechanism has a causal form" if not causal else ""
+  message = (
+    f"{name} cannot honour this mask: it forbids pairs of real positions that the layer mixes "
+    f"({'causal' if causal else 'all'} pairs; only padding is honoured){'; ' + hint if hint else ''}"
+  )
+  return [values, (honoured, message)]
 
 
 def zero_padded(x: jax.Array, valid: jax.Array | None) -> jax.Array:
@@ -94,7 +123,9 @@ class BaselineAttention(AttentionShell):
 
   def attend(self, q, k, v, *, inputs_k, mask, deterministic, dropout_rng, sow_weights):
     """Reduces `mask` to padding (`padding_masks`) and runs `attend_heads`; rows of padded queries
-    are not zeroed (as `SoftmaxAttention`). `sow_weights` is ignored (no N x M matrix is formed)."""
+    are not zeroed (as `SoftmaxAttention`). `sow_weights` is ignored (no N x M matrix is formed).
+    A mask the layer cannot honour is refused: ValueError when concrete, NaN rows under `jit`
+    (plus a host-callback ValueError with `debug_checks`), as `PrimalAttention` does."""
     del inputs_k, sow_weights
     batch, length = q.shape[:2]
     if self.causal and k.shape[1] != length:
@@ -103,4 +134,6 @@ class BaselineAttention(AttentionShell):
     q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # [B, H, N|M, p]
     heads_out = self.attend_heads(q, k, v, query_valid, key_valid).astype(q.dtype)  # [B, H, N, p]
     heads_out = self.apply_dropout(heads_out, deterministic, dropout_rng)
+    for ok, message in mask_checks(mask, query_valid, key_valid, self.causal, type(self).__name__):
+      heads_out = refuse_unhonoured(heads_out, ok, message, self.debug_checks)
     return jnp.swapaxes(heads_out, 1, 2)  # [B, N, H, p]
