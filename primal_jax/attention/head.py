@@ -87,13 +87,17 @@ def primal_head(
   return escore, rscore, we_x, wr_x
 
 
-def vmap_over_heads_and_batch(fn, *, has_rows: bool, has_valid: bool, has_offset: bool):
+def vmap_over_heads_and_batch(fn, *, has_rows: bool, has_valid: bool, has_offset: bool, token_major: bool = False):
   """Lifts a per-head function of (q, k, we, wr, rows, valid, key_sum_offset).
 
   Shapes after lifting: q, k [B, H, N, p]; we, wr [H, a, s]; rows [B, H, n, p];
   valid [B, N]; key_sum_offset [B, H, m]. Outputs: escore, rscore [B, H, N, s];
   we_x, wr_x [B, H, p, s]. Absent optional arguments are passed as None.
+  `token_major`: q, k [B, N, H, p], rows [B, n, H, p] and escore, rscore [B, N, H, s]
+  instead (the layout of the projections, so no transpose is needed around the heads).
   """
-  head_axes = (0, 0, 0, 0, 0 if has_rows else None, None, 0 if has_offset else None)
+  t = 1 if token_major else 0  # the head axis of q, k, rows and the scores once the batch axis is mapped
+  head_axes = (t, t, 0, 0, t if has_rows else None, None, 0 if has_offset else None)
   batch_axes = (0, 0, None, None, 0 if has_rows else None, 0 if has_valid else None, 0 if has_offset else None)
-  return jax.vmap(jax.vmap(fn, in_axes=head_axes), in_axes=batch_axes)
+  inner = jax.vmap(fn, in_axes=head_axes, out_axes=(t, t, 0, 0))
+  return jax.vmap(inner, in_axes=batch_axes)

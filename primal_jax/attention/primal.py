@@ -44,6 +44,11 @@ def _replace(_, value):
   return (value,)
 
 
+def _heads_major(x):
+  """[B, N, H, ...] <-> [B, H, N, ...] (None passes through)."""
+  return None if x is None else jnp.swapaxes(x, 1, 2)
+
+
 class PrimalAttention(AttentionShell):
   """Self-attention as asymmetric kernel SVD in the primal (Chen et al., 2023).
 
@@ -163,7 +168,10 @@ class PrimalAttention(AttentionShell):
         f"sequence length {length} < num_samples n={n} and allow_repeated_samples=False "
         f"(the paper's rule n = min(s * rank_multi, N) needs N >= n)"
       )
-    q, k = jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2)  # [B, H, N, p]
+    # The heads are computed in the token-major layout q and k arrive in ([B, N, H, p]): swapping to
+    # [B, H, N, p] costs XLA:CPU a copy of every per-head tensor and of its gradient (about a fifth of the
+    # LRA step at N = 4096 went to such transposes); vmapping over the head axis in place lets XLA fold
+    # the layout change into the fusions that produce and consume the features.
 
     a = n if n is not None else p
     orth = _logical(torch_orthogonal_init(), ("heads", None, "rank"))
@@ -183,13 +191,14 @@ class PrimalAttention(AttentionShell):
         rows = jnp.take_along_axis(inputs_k, positions[:, :, None], axis=1)
       else:
         rows = inputs_k[:, release_sample_indices(length, n)]  # [B, n, D]
-      rows = jnp.swapaxes(rows.astype(dtype).reshape(batch, n, heads, p), 1, 2)  # [B, H, n, p]
+      rows = rows.astype(dtype).reshape(batch, n, heads, p)  # [B, n, H, p]
 
     feature_fn, normalize = self._features(p)
     offset = None
     running_mean = self.causal
     if self.decode:
-      q, k, offset = self._decode_state(q, k, valid, feature_fn if normalize else None)
+      q, k, offset = self._decode_state(_heads_major(q), _heads_major(k), valid, feature_fn if normalize else None)
+      q, k = _heads_major(q), _heads_major(k)  # the chunk's running means, back to [B, T, H, p]
       running_mean = False
     head_options = dict(
       feature_map=feature_fn, running_mean=running_mean, normalize=normalize, causal_normalizer=self.causal
@@ -199,8 +208,10 @@ class PrimalAttention(AttentionShell):
       has_rows=rows is not None,
       has_valid=valid is not None,
       has_offset=offset is not None,
+      token_major=True,
     )
-    escore, rscore, we_x, wr_x = lifted(q, k, we, wr, rows, valid, offset)  # [B,H,N,s], [B,H,p,s]
+    escore_t, rscore_t, we_x, wr_x = lifted(q, k, we, wr, rows, valid, offset)  # [B,N,H,s], [B,H,p,s]
+    escore, rscore = _heads_major(escore_t), _heads_major(rscore_t)  # [B, H, N, s]: read by reductions only
     # Not while initialising: `init` would return stale terms that a later
     # `apply(variables, mutable=["ksvd"])` appends to.
     if not self.is_initializing():
@@ -212,7 +223,13 @@ class PrimalAttention(AttentionShell):
         # per step). The price: a layer called twice in one apply keeps its last call's terms.
         terms = ksvd_terms(escore, rscore, lam, we, wr, we_x, wr_x, valid)
         self.sow(KSVD_COLLECTION, "terms", terms, reduce_fn=_replace, init_fn=tuple)
-    self.sow_matrix("primal", lambda: self._induced_kernel(q, k, rows, valid, head_options), mask, batch, length)
+    self.sow_matrix(
+      "primal",
+      lambda: self._induced_kernel(*map(_heads_major, (q, k, rows)), valid, head_options),
+      mask,
+      batch,
+      length,
+    )
 
     combine_kernel, combine_bias = linear_inits(self.init_style, 2 * s, self.kernel_init, self.bias_init)
     heads_out = nn.Dense(
@@ -223,13 +240,14 @@ class PrimalAttention(AttentionShell):
       kernel_init=_logical(combine_kernel, ("rank2", "kv")),
       bias_init=_logical(combine_bias, ("kv",)),
       name="combine",
-    )(jnp.concatenate([escore, rscore], axis=-1))  # [B, H, N, p], one Linear for all heads
+    )(jnp.concatenate([escore_t, rscore_t], axis=-1))  # [B, N, H, p], one Linear for all heads
     if padding is not None and self.mask_outputs:
-      heads_out = heads_out * padding[:, None, :, None].astype(heads_out.dtype)
-    heads_out = self.apply_dropout(heads_out, deterministic, dropout_rng)
+      heads_out = heads_out * padding[:, :, None, None].astype(heads_out.dtype)
+    # The dropout mask is drawn for the [B, H, N, p] layout, so a seed drops the same elements as before.
+    heads_out = _heads_major(self.apply_dropout(_heads_major(heads_out), deterministic, dropout_rng))
     for ok, message in checks:
       heads_out = refuse_unhonoured(heads_out, ok, message, self.debug_checks)
-    return jnp.swapaxes(heads_out, 1, 2)  # [B, N, H, p]
+    return heads_out  # [B, N, H, p]
 
   def _mask_checks(self, mask, padding) -> list[tuple[jax.Array, str]]:
     """([B] ok, message) pairs: the mask's values are 0/1, and it forbids no pair the layer mixes.
