@@ -1,7 +1,7 @@
 r"""Turn pretrained weights into a run workdir (config.json + step-0 checkpoint) that analysis tools read.
 
   python -m primal_jax.convert timm deit_small_patch16_224-cd65a155.pth /tmp/deit_s --model=deit_small_patch16_224
-  python -m experiments.pretrained_run --config=experiments/configs/vit.py:model=deit \
+  python -m experiments.pretrained_run --config=vit:model=deit \
     --config.data.dataset=image_folder --config.data.source=/data/imagenet --config.model.drop_path_rate=0.0 \
     --config.init_from=/tmp/deit_s --workdir=/tmp/deit_s_run
   python -m experiments.spectrum --workdir=/tmp/deit_s_run --out=/tmp/figure1_deit_s --split=test --num_examples=64
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 def main() -> None:
   from absl import app, flags, logging
-  from ml_collections import config_flags
 
+  from primal_jax.training.cli import define_config_flag
   from primal_jax.training.experiment import write_initial_run
 
-  config_flag = config_flags.DEFINE_config_file("config", None, "Config file (with ':arg').", lock_config=True)
+  config_flag, _ = define_config_flag("a packaged config's name or a config file, with optional ':ARGS'")
   workdir_flag = flags.DEFINE_string("workdir", None, "New run directory to write.")
   flags.mark_flags_as_required(["config", "workdir"])
 

@@ -138,19 +138,19 @@ def _usage(prog: str) -> str:
   return USAGE.format(prog=prog, names=", ".join(list_configs()), flags="\n".join(lines))
 
 
-def run(argv: list[str] | None = None) -> None:
-  """Parse `--config=NAME|FILE[:arg]`, `--config.x=y` overrides and `--workdir`, then train."""
-  from absl import app, flags, logging
+def define_config_flag(help_text: str):
+  """Defines absl's `--config` (with `--config.FIELD=VALUE` overrides) resolved by name or path through
+  `config_args.load_config`; returns (the flag holder, the parser class, whose `loaded` is the last config).
+
+  The stock parser only reads files, turns a config's error into a traceback inside the message and defers a
+  missing file's OSError; every binary that takes a config uses this one (`experiments/pretrained_run.py` too).
+  """
+  from absl import flags
   from ml_collections import config_flags
 
-  from primal_jax.launch import host_allocator
   from primal_jax.training import config_args
-  from primal_jax.training.loop import train_and_evaluate
 
   class ConfigLookupParser(flags.ArgumentParser):
-    """`--config` by name or path through `config_args.load_config`, whose errors name the argument (the
-    stock parser turns them into a traceback inside the message, or defers a missing file's OSError)."""
-
     loaded = None
 
     def parse(self, argument):
@@ -160,10 +160,22 @@ def run(argv: list[str] | None = None) -> None:
     def flag_type(self):
       return "config object"
 
-  config_flag = config_flags.DEFINE_config_file(
-    "config", None, "a packaged config's name or a config file, with optional ':ARGS' (uea:smoke)", lock_config=True
-  )
+  holder = config_flags.DEFINE_config_file("config", None, help_text, lock_config=True)
   flags.FLAGS["config"].parser = ConfigLookupParser()
+  return holder, ConfigLookupParser
+
+
+def run(argv: list[str] | None = None) -> None:
+  """Parse `--config=NAME|FILE[:arg]`, `--config.x=y` overrides and `--workdir`, then train."""
+  from absl import app, flags, logging
+
+  from primal_jax.launch import host_allocator
+  from primal_jax.training import config_args
+  from primal_jax.training.loop import train_and_evaluate
+
+  config_flag, ConfigLookupParser = define_config_flag(
+    "a packaged config's name or a config file, with optional ':ARGS' (uea:smoke)"
+  )
   workdir_flag = flags.DEFINE_string("workdir", None, "directory for checkpoints, metrics and config.json")
   allocator_flag = flags.DEFINE_enum(
     "allocator", "system", list(host_allocator.ALLOCATORS),
