@@ -52,6 +52,7 @@ import jax
 import numpy as np
 
 from benchmarks import harness as bm
+from benchmarks import process_load
 from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.attention.softmax import SoftmaxAttention
 from primal_jax.launch import host_allocator
@@ -344,18 +345,10 @@ def _log(message: str) -> None:
   print(message, file=sys.stderr, flush=True)
 
 
-def _git_commit() -> str | None:
-  try:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-  except (OSError, subprocess.TimeoutExpired):
-    return None
-  return out.stdout.strip() or None
-
-
 def _meta(args, device: jax.Device) -> dict:
   return {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "git_commit": _git_commit(),
+    "git_commit": process_load.git_commit(),
     "jax": jax.__version__,
     "python": platform.python_version(),
     "platform": device.platform,

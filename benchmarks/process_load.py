@@ -13,9 +13,12 @@ both sides measure with must import nothing but the standard library. What it me
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
 
 # /proc/stat "cpu" columns counted as busy: user nice system idle iowait irq softirq steal (guest is in user).
 _BUSY = (0, 1, 2, 5, 6, 7)
@@ -110,3 +113,12 @@ def thread_count() -> int | None:
     return len(os.listdir("/proc/self/task"))
   except OSError:
     return None
+
+
+def git_commit() -> str | None:
+  """HEAD of the checkout the benchmark runs from (recorded with its results), or None outside git."""
+  try:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_ROOT, capture_output=True, text=True, timeout=10)
+  except (OSError, subprocess.TimeoutExpired):
+    return None
+  return out.stdout.strip() or None

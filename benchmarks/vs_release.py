@@ -207,18 +207,10 @@ def run_job(args, job: dict) -> dict:
   return {**job, "error": f"exit {proc.returncode}: {' | '.join(tail)[:600]}"}
 
 
-def _git_commit() -> str | None:
-  try:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-  except (OSError, subprocess.TimeoutExpired):
-    return None
-  return out.stdout.strip() or None
-
-
 def run(args) -> dict:
   meta = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "git_commit": _git_commit(),
+    "git_commit": process_load.git_commit(),
     "machine": platform.machine(),
     "cpu_count": os.cpu_count(),
     "load_average_start": list(os.getloadavg()),
