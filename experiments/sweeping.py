@@ -471,16 +471,17 @@ def stored_rows(workdir: str | Path) -> list[Row]:
   sweep file or configs changed (which changes the run hashes that `aggregate` looks runs up by). Rows are
   sorted by (table, labels, protocol); accuracies within a row by seed. `planned` is the number found.
   """
-  groups: dict[tuple[Cell, str], list[tuple[int, dict]]] = {}
+  groups: dict[tuple[Cell, str], list[tuple[int, str, dict]]] = {}  # (seed, run directory, result)
   for path in sorted(Path(workdir).glob(f"runs/*/{RESULT_FILE}")):
     result = json.loads(path.read_text())
     for entry in result["runs"]:
       recorded = entry["cell"]
       cell = Cell(recorded["table"], tuple(tuple(pair) for pair in recorded["labels"]), recorded["paper"])
-      groups.setdefault((cell, entry["protocol"]), []).append((entry["seed"], result))
+      groups.setdefault((cell, entry["protocol"]), []).append((entry["seed"], path.parent.name, result))
   rows = []
   for (cell, protocol), found in sorted(groups.items(), key=lambda i: (i[0][0].table, i[0][0].labels, i[0][1])):
-    results = [result for _, result in sorted(found, key=lambda pair: pair[0])]
+    found = sorted(found, key=lambda item: item[0])  # by seed
+    results = [result for _, _, result in found]
     rows.append(
       Row(
         cell,
@@ -488,7 +489,7 @@ def stored_rows(workdir: str | Path) -> list[Row]:
         tuple(summary_value(r["summary"], protocol) for r in results),
         planned=len(results),
         wall_seconds=tuple(r["wall_seconds"] for r in results),
-        keys=tuple(r["key"] for r in results),
+        keys=tuple(key for _, key, _ in found),
       )
     )
   return rows

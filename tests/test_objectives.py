@@ -159,6 +159,9 @@ class FakeCheckpointer:
   def latest_step(self):
     return 4
 
+  def last_verified_step(self, before=None):
+    return 4
+
 
 def fake_scalars(loss: float) -> dict[str, float]:
   base = dict(task_loss_sum=loss, count=1.0, correct_sum=1.0, ksvd_loss=0.0, grad_norm=1.0, param_norm=1.0)
@@ -174,7 +177,10 @@ def test_pending_scalars_check_one_step_late_and_name_the_bad_step():
   pending.push(6, fake_scalars(float("nan")))
   assert pending.check(all_steps=False)["loss"] == 1.0  # step 5, while 6 runs
   pending.push(7, fake_scalars(float("nan")))
-  with pytest.raises(TrainingError, match=r"non-finite loss \(nan\) at step 6;.*Last good checkpoint: step 4 in"):
+  with pytest.raises(
+    TrainingError,
+    match=r"loss \(nan\) at step 6;.*Last good checkpoint \(its checksums verified\): step 4 in",
+  ):
     pending.check(all_steps=False)
 
 
