@@ -24,8 +24,8 @@ Arguments (`--config=lm:model=softmax,short`):
   model: primalformer | primal_plus (last layer Primal) | softmax | any registered causal attention.
   eta: the KSVD weight of the Primal layers (-1: 0.1, the release's); 0 trains them without the regulariser.
   short: 4 layers, dim 128, 128-byte windows, batch 16, 1,500 steps, test evaluated once at the best validation
-    state. Measured: 1.7 s per step and ~70 s per split evaluation on 2 CPU cores shared with another training
-    run (about 50 min); the target is under 20 minutes on a free machine, not yet measured there.
+    state. Measured on 2 CPU cores with another job running beside it: 0.45-0.5 s per step and ~20 s per split
+    evaluation, about 13-15 minutes a run (experiments/sweeps/lm.py records each run's time).
   smoke: a seconds-long run on a tiny model (tests, CI).
 """
 
