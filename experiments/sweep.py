@@ -23,6 +23,9 @@ def run(argv: list[str] | None = None) -> None:
     "process per run; aggregate: run nothing, rewrite the tables from the finished runs.",
   )  # fmt: skip
   only_flag = flags.DEFINE_list("only", [], "Run only the runs of these tables (all tables are aggregated).")
+  shard_flag = flags.DEFINE_string(
+    "shard", "0/1", "I/N: run only the I-th of N interleaved slices of the runs (N processes share one sweep)."
+  )
   echo_flag = flags.DEFINE_bool("echo", False, "Print every run's output (always in runs/<hash>/train.log).")
   flags.mark_flags_as_required(["sweep", "workdir"])
 
@@ -38,10 +41,15 @@ def run(argv: list[str] | None = None) -> None:
     if mode_flag.value == "inline":  # a process setting, so set here and not by the library
       jax.config.update("jax_compilation_cache_dir", f"{workdir_flag.value}/jax_cache")
       jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    index, _, count = shard_flag.value.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+      raise app.UsageError(f"--shard must be I/N with 0 <= I < N, got {shard_flag.value!r}")
     start = time.monotonic()
     sweep = load_sweep(sweep_flag.value)
     report = run_sweep(
-      sweep, workdir_flag.value, mode=mode_flag.value, only=only_flag.value or None, echo=echo_flag.value
+      sweep, workdir_flag.value, mode=mode_flag.value, only=only_flag.value or None,
+      shard=(int(index), int(count)),
+      echo=echo_flag.value,
     )
     print(
       f"{len(report['ran'])} run(s) trained, {len(report['skipped'])} already finished, "

@@ -349,6 +349,7 @@ def run_sweep(
   *,
   mode: str = "inline",
   only: Sequence[str] | None = None,
+  shard: tuple[int, int] = (0, 1),
   compilation_cache: bool = True,
   echo: bool = False,
   print_fn: Callable[[str], None] = print,
@@ -358,6 +359,9 @@ def run_sweep(
   Args:
     mode: "inline" (sequentially in this process) or "subprocess" (one process per run);
       "aggregate" runs nothing and only rewrites the tables.
+    shard: (index, count): run only every count-th planned run, starting at index, so that count processes
+      (an array job, several accelerators) share one sweep without touching the same run. Each takes its own
+      lock; each rewrites the tables from the runs finished so far, so aggregate once all have ended.
     compilation_cache: subprocess mode points the children's JAX persistent compilation cache at
       `<workdir>/jax_cache` (inline mode: the caller sets `jax_compilation_cache_dir`, a process setting).
     echo: pass every line of every run's output to `print_fn` (always in `runs/<hash>/train.log`).
@@ -371,13 +375,17 @@ def run_sweep(
   workdir = Path(workdir)
   (workdir / "runs").mkdir(parents=True, exist_ok=True)
   planned_runs = plan(sweep.runs)
-  todo = _select(planned_runs, only)
+  index, count = shard
+  if not (isinstance(count, int) and isinstance(index, int) and count >= 1 and 0 <= index < count):
+    raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
+  todo = _select(planned_runs, only)[index::count]
   report = {"ran": [], "skipped": [], "failed": {}, "preempted": False}
-  with open(workdir / "sweep.lock", "w") as lock:
+  lock_name = "sweep.lock" if count == 1 else f"sweep.shard{index}of{count}.lock"
+  with open(workdir / lock_name, "w") as lock:
     try:
       fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as err:
-      raise RuntimeError(f"another sweep is running in {workdir} (it holds {workdir / 'sweep.lock'})") from err
+      raise RuntimeError(f"another sweep is running in {workdir} (it holds {workdir / lock_name})") from err
     for i, planned in enumerate(todo if mode != "aggregate" else []):
       run_dir = workdir / "runs" / planned.key
       if (run_dir / RESULT_FILE).exists():

@@ -298,6 +298,24 @@ def test_killed_subprocess_run_is_the_only_one_rerun(data_dir, tmp_path):
   assert [(r.cell.table, r.n) for r in rows] == [("t1", 1), ("t2", 1), ("t1", 1)]
 
 
+def test_shards_partition_the_runs_and_lock_apart(data_dir, tmp_path):
+  import fcntl
+
+  sweep = tiny_sweep(data_dir)
+  keys = list(plan(sweep.runs))
+  assert len(keys) == 2
+  with pytest.raises(ValueError, match="shard must be"):
+    run_sweep(sweep, tmp_path, shard=(2, 2), print_fn=lambda _: None)
+  (tmp_path / "sweep.lock").touch()
+  with open(tmp_path / "sweep.lock") as held:  # an unsharded sweep in progress does not block a shard's lock
+    fcntl.flock(held, fcntl.LOCK_EX)
+    first = run_sweep(sweep, tmp_path, shard=(1, 2), print_fn=lambda _: None)
+  assert first["ran"] == [keys[1]] and not (tmp_path / "runs" / keys[0] / RESULT_FILE).exists()
+  second = run_sweep(sweep, tmp_path, shard=(0, 2), print_fn=lambda _: None)
+  assert second["ran"] == [keys[0]] and second["skipped"] == []
+  assert [r.n for r in write_results(sweep, tmp_path)] == [1, 1, 1]
+
+
 def test_sweep_binary_lock_and_table_filter(data_dir, tmp_path):
   import fcntl
   import subprocess
