@@ -47,7 +47,10 @@ def run(argv: list[str] | None = None) -> None:
     start = time.monotonic()
     sweep = load_sweep(sweep_flag.value)
     report = run_sweep(
-      sweep, workdir_flag.value, mode=mode_flag.value, only=only_flag.value or None,
+      sweep,
+      workdir_flag.value,
+      mode=mode_flag.value,
+      only=only_flag.value or None,
       shard=(int(index), int(count)),
       echo=echo_flag.value,
     )
