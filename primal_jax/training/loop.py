@@ -194,6 +194,9 @@ def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str
   ckpt.wait_until_finished()
   summary = {**evals.summary(), "steps": step, "preempted": preempted, "num_params": exp.num_params}
   summary["host_allocator"] = host_allocator.loaded_allocator()  # CPU step times depend on it
+  device = jax.devices()[0]  # tables of runs made on several machines must say which ran where
+  summary["devices"] = {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()}
+  summary["jax_version"] = jax.__version__
   if not preempted and (test := evals.test_at_best_validation(state, ckpt)) is not None:
     summary["test_at_best_validation"] = test
   ckpt.close()
