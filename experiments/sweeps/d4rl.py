@@ -81,4 +81,4 @@ def get_sweep(arg: str | None = None) -> Sweep:
     f"{schedule}; see experiments/sweeps/d4rl.py. Values: D4RL normalised score on 10 test episodes; the paper's "
     "column is D4RL's own data (not comparable in level, only in direction)."
   )
-  return Sweep(tuple(runs), titles=TITLES, notes=notes)
+  return Sweep(tuple(runs), titles=TITLES, notes=notes, value_name="D4RL normalised score")
