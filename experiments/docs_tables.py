@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.vs_release import docs_table as vs_release_table
-from experiments.sweep_tables import d4rl_sweep, lm_sweep, mean_std, vit_sweep
+from experiments.sweep_tables import d4rl_sweep, lm_sweep, lm_throughput, mean_std, vit_sweep
 from experiments.sweep_tables import markdown_table as _markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -343,6 +343,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "d4rl": d4rl_sweep,
   "vit": vit_sweep,
   "lm": lm_sweep,
+  "lm_throughput": lm_throughput,
   "decoding": decoding,
   "vs_release": vs_release_table,
 }

@@ -51,6 +51,26 @@ def _setting(labels: dict, skip: Sequence[str], default: str = "-") -> str:
   return ", ".join(f"{k} {v}" for k, v in labels.items() if k not in skip) or default
 
 
+def run_device(run_dir: Path) -> str:
+  """The accelerator a run trained on: its summary's `devices` (recorded since 2026-11-26), else the
+  `provenance.json` written beside runs made in a lent device call before that, else this project's 2-core CPU
+  (where every earlier run was made)."""
+  for name in ("summary.json", "provenance.json"):
+    path = run_dir / name
+    if path.exists() and (devices := json.loads(path.read_text()).get("devices")):
+      return "CPU" if devices["platform"] == "cpu" else devices["kind"].removeprefix("NVIDIA ")
+  return "CPU"
+
+
+def ran_on(family: str, row) -> str:
+  """'CPU', 'H200' or 'CPU 1, H200 2': where the row's seeds ran (wall times differ by machine)."""
+  counts: dict[str, int] = {}
+  for key in row.keys:
+    device = run_device(RESULTS / family / "sweep" / "runs" / key)
+    counts[device] = counts.get(device, 0) + 1
+  return next(iter(counts)) if len(counts) == 1 else ", ".join(f"{d} {n}" for d, n in sorted(counts.items()))
+
+
 def _paper(row) -> str:
   return "-" if row.cell.paper is None else f"{row.cell.paper:.1f}"
 
@@ -64,9 +84,9 @@ def d4rl_sweep(table: str, base: Path) -> str:
     data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
     setting = _setting(labels, ("env", "dataset", "model"), default="release")
     body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
-    body[-1] += [_paper(row), mean_std(row), _minutes(sum(row.wall_seconds) / row.n)]
+    body[-1] += [_paper(row), mean_std(row), _minutes(sum(row.wall_seconds) / row.n), ran_on("d4rl", row)]
   header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
-  return markdown_table(header, body, numeric_from=4)
+  return markdown_table(header + ["ran on"], body, numeric_from=4)
 
 
 def vit_sweep(table: str, base: Path) -> str:
@@ -75,8 +95,8 @@ def vit_sweep(table: str, base: Path) -> str:
   for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("dataset", "model")), _paper(row), mean_std(row)])
-    body[-1].append(_minutes(sum(row.wall_seconds) / row.n))
-  header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run"]
+    body[-1] += [_minutes(sum(row.wall_seconds) / row.n), ran_on("vit", row)]
+  header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run", "ran on"]
   return markdown_table(header, body, numeric_from=2)
 
 
@@ -104,13 +124,34 @@ def training_tokens_per_second(run_dir: Path) -> float:
 
 
 def lm_sweep(table: str, base: Path) -> str:
-  """One language-modelling table: test bits per byte and training tokens/s, beside the release's WikiText-103
-  test perplexity (word level, a different scale: direction only)."""
+  """One language-modelling table: test bits per byte beside the release's WikiText-103 test perplexity (word
+  level, a different scale: direction only). The runs' own throughput is not shown: they ran on different
+  machines beside other jobs (`lm_throughput` measures it side by side)."""
   body = []
   for row in _rows("lm", table, ("Trans. (softmax)", "Primal.+Trans.", "PrimalFormer")):
     labels = dict(row.cell.labels)
-    speeds = [training_tokens_per_second(RESULTS / "lm" / "sweep" / "runs" / key) for key in row.keys]
     body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
-    body[-1] += [f"{np.mean(speeds):,.0f}", _minutes(sum(row.wall_seconds) / row.n)]
-  header = ["model", "setting", "paper (WikiText-103 ppl)", "ours (test bits/byte)", "train tokens/s", "time/run"]
+    body[-1] += [_minutes(sum(row.wall_seconds) / row.n), ran_on("lm", row)]
+  header = ["model", "setting", "paper (WikiText-103 ppl)", "ours (test bits/byte)", "time/run", "ran on"]
   return markdown_table(header, body, numeric_from=2)
+
+
+LM_MODELS = (("Trans. (softmax)", "softmax"), ("Primal.+Trans.", "primal_plus"), ("PrimalFormer", "primalformer"))
+
+
+def lm_throughput(name: str, base: Path) -> str:
+  """Training tokens/s of the LM models measured one after another on one machine, nothing else running:
+  `experiments/results/lm/<name>/<model>/` are short runs of the same config (see docs/results.md)."""
+  folder = RESULTS / "lm" / name
+  body, reference = [], None
+  for label, model in LM_MODELS:
+    run_dir = folder / model
+    if not (run_dir / "metrics.jsonl").exists():
+      continue
+    rate = training_tokens_per_second(run_dir)
+    reference = reference or rate
+    summary = json.loads((run_dir / "summary.json").read_text())
+    body.append([label, f"{rate:,.0f}", f"{rate / reference:.2f}", run_device(run_dir), summary["host_allocator"]])
+  if not body:
+    raise ValueError(f"no throughput runs in {folder}")
+  return markdown_table(["model", "train tokens/s", "vs softmax", "device", "allocator"], body)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.sweep_tables import mean_std, training_tokens_per_second
+from experiments.sweep_tables import mean_std, run_device, training_tokens_per_second
 from experiments.sweeping import Cell, Row
 
 
@@ -38,3 +38,12 @@ def test_mean_std_marks_missing_seeds():
   row = Row(Cell("t", (("model", "m"),), None), "own_validation", (1.0, 2.0), planned=2, wall_seconds=(1.0, 1.0))
   assert mean_std(row) == "1.5 ± 0.7 (n = 2)"
   assert mean_std(row, digits=3, full=2) == "1.500 ± 0.707"
+
+
+def test_run_device_reads_the_summary_then_the_provenance(tmp_path):
+  (tmp_path / "a").mkdir()
+  assert run_device(tmp_path / "a") == "CPU"  # runs from before devices were recorded: this project's CPU
+  (tmp_path / "a" / "provenance.json").write_text(json.dumps({"devices": {"platform": "gpu", "kind": "NVIDIA H200"}}))
+  assert run_device(tmp_path / "a") == "H200"
+  (tmp_path / "a" / "summary.json").write_text(json.dumps({"devices": {"platform": "cpu", "kind": "cpu", "count": 8}}))
+  assert run_device(tmp_path / "a") == "CPU"

@@ -74,7 +74,9 @@ def test_train_and_eval_each_family(data_dir, tmp_path, family):
   config = smoke_config(data_dir, f"model={family}", total_steps=2)
   summary, lines = run(config, tmp_path)
   assert summary["steps"] == 2 and not summary["preempted"]
-  assert summary["devices"] == {"platform": "cpu", "kind": "cpu", "count": 8} and summary["jax_version"] == jax.__version__
+  assert (
+    summary["devices"] == {"platform": "cpu", "kind": "cpu", "count": 8} and summary["jax_version"] == jax.__version__
+  )
   assert 0.0 <= summary["best_test"]["accuracy"] <= 1.0
   final = summary["final"]
   assert final["step"] == 2 and np.isfinite(final["test/loss"])
