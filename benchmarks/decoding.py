@@ -2,14 +2,20 @@ r"""Per-token decoding time and decoding-state size against the context length: 
 
   python -m benchmarks.decoding --contexts=256,512,1024,2048,4096 --out=benchmarks/results/decoding
 
-Two `CausalLM`s of the same size (`--layers` layers, `--dim`, `--heads`, byte vocabulary) differ only in their
-attention: `softmax_kv_cache` (every layer softmax, decoding from a key/value cache) and `primal_state`
-(every layer causal Primal-Attention with data-independent weights, decoding from the running sums of q and
-k). For each context length c, each model gets a cache sized for c (`max_len = c`, what a KV cache must hold
-to reach that context), is prefilled to position c - steps - 1, and then `--steps` single-token decode steps
-are timed (the last one at position c - 2); repeats are interleaved across the two models and the median is
-reported, as seconds per token and its ratio to the KV cache, with the state's size in bytes. The machine is
-shared and noisy: compare the two rows of one run, not runs.
+Three `CausalLM`s of the same size (`--layers` layers, `--dim`, `--heads`, byte vocabulary) differ only in
+their attention: `softmax_kv_cache` (every layer softmax, decoding from a key/value cache), `primal_plus`
+(Primal.+Trans.: softmax KV caches below, the last layer causal Primal) and `primal_state` (PrimalFormer: every
+layer causal Primal-Attention with data-independent weights, decoding from the running sums of q and k). For
+each context length c and batch size, each model gets a cache sized for c (`max_len = c`, what a KV cache must
+hold to reach that context) filled to position c - steps - 1, and then `--steps` single-token decode steps are
+timed (the last one at position c - 2); repeats are interleaved across the models and the median is reported,
+as seconds per token and its ratio to the KV cache, with the state's size in bytes and XLA's temporary memory
+of the compiled step (`memory_analysis`). The machine is shared and noisy: compare the rows of one run.
+
+`--fill=synthetic` (the default) writes random keys, values and running sums and sets the positions, instead of
+running the model over c random tokens (`--fill=prefill`, in chunks of `--prefill_chunk`): a decode step's work
+does not depend on what the state holds (softmax attends over the whole `max_len` cache under a mask), and the
+prefill of a 64K softmax context costs minutes of quadratic attention on a CPU without changing what is timed.
 """
 
 from __future__ import annotations
@@ -28,17 +34,26 @@ from benchmarks import harness
 from primal_jax.models.config import TransformerConfig
 from primal_jax.models.lm import CausalLM, decode_step, init_cache
 
-VARIANTS = {"softmax_kv_cache": "softmax", "primal_state": "primal"}
+VARIANTS = ("softmax_kv_cache", "primal_plus", "primal_state")
 PLOT_METRICS = (
   ("ms_per_token", "ms per decoded token", 1.0),
   ("state_bytes", "decoding state (MiB)", harness.MIB),
+  ("xla_temp_bytes", "XLA temporaries of the step (MiB)", harness.MIB),
 )
+
+
+def layer_kinds(variant: str, layers: int) -> tuple[str, ...]:
+  if variant not in VARIANTS:
+    raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+  if variant == "softmax_kv_cache":
+    return ("softmax",) * layers
+  return ("softmax",) * (layers - 1) + ("primal",) if variant == "primal_plus" else ("primal",) * layers
 
 
 def build(variant: str, context: int, args) -> tuple[CausalLM, dict]:
   """The model of `variant` with a `context`-position cache, and its (random) parameters."""
   config = TransformerConfig(
-    layers=(VARIANTS[variant],) * args.layers,
+    layers=layer_kinds(variant, args.layers),
     attention={"primal": {"low_rank": args.low_rank, "data_dependent": False}},
     vocab_size=256, max_len=context, dim=args.dim, hidden_dim=4 * args.dim, num_heads=args.heads, num_classes=256,
   )  # fmt: skip
@@ -47,8 +62,24 @@ def build(variant: str, context: int, args) -> tuple[CausalLM, dict]:
   return model, params
 
 
-def prepared_runner(variant: str, context: int, args):
-  """(runner returning seconds per token, state bytes): the model prefilled to c - steps - 1 positions."""
+def synthetic_cache(cache: dict, position: int, seed: int = 0) -> dict:
+  """`cache` as if `position` tokens had been decoded: random keys, values and running sums, every position
+  counter (the model's `position`, each softmax layer's `index`, each Primal layer's `count`) at `position`."""
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(cache)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  filled = []
+  for (path, leaf), key in zip(leaves, keys, strict=True):
+    name = jax.tree_util.keystr(path[-1:]).strip("[]'\"")
+    if name in ("position", "index", "count"):
+      filled.append(jnp.full(leaf.shape, position, leaf.dtype))
+    else:
+      filled.append(jax.random.normal(key, leaf.shape, leaf.dtype))
+  return jax.tree_util.tree_unflatten(treedef, filled)
+
+
+def prepared_runner(variant: str, context: int, batch: int, args):
+  """(runner returning seconds per token, state bytes, XLA temporary bytes of the step): the model's cache
+  filled to c - steps - 1 positions."""
   model, params = build(variant, context, args)
   step = jax.jit(lambda p, c, t: decode_step(model, p, c, t))
 
@@ -57,14 +88,19 @@ def prepared_runner(variant: str, context: int, args):
     logits, c = decode_step(model, p, c, t)
     return jnp.argmax(logits[:, -1:], axis=-1).astype(jnp.int32), c
 
-  cache = init_cache(model, args.batch)
+  cache = init_cache(model, batch)
   state_bytes = sum(int(x.nbytes) for x in jax.tree.leaves(cache))
-  rng = np.random.default_rng(0)
   prefill = context - args.steps - 1
-  for begin in range(0, prefill, args.prefill_chunk):
-    tokens = rng.integers(0, 256, (args.batch, min(args.prefill_chunk, prefill - begin)), dtype=np.int32)
-    _, cache = step(params, cache, jnp.asarray(tokens))
-  token = jnp.zeros((args.batch, 1), jnp.int32)
+  if args.fill == "synthetic":
+    cache = synthetic_cache(cache, prefill)
+  else:
+    rng = np.random.default_rng(0)
+    for begin in range(0, prefill, args.prefill_chunk):
+      tokens = rng.integers(0, 256, (batch, min(args.prefill_chunk, prefill - begin)), dtype=np.int32)
+      _, cache = step(params, cache, jnp.asarray(tokens))
+  token = jnp.zeros((batch, 1), jnp.int32)
+  memory = greedy_step.lower(params, cache, token).compile().memory_analysis()
+  temp_bytes = None if memory is None else int(memory.temp_size_in_bytes)
 
   def run() -> float:
     c, tok = cache, token
@@ -75,7 +111,7 @@ def prepared_runner(variant: str, context: int, args):
     return (time.perf_counter() - start) / args.steps
 
   run()  # compile and warm up
-  return run, state_bytes
+  return run, state_bytes, temp_bytes
 
 
 def _flag(value) -> str:
@@ -84,17 +120,20 @@ def _flag(value) -> str:
 
 def measure(args) -> dict:
   records = []
-  for context in args.contexts:
-    runners, sizes = {}, {}
-    for variant in VARIANTS:
-      runners[variant], sizes[variant] = prepared_runner(variant, context, args)
-    times = harness.interleaved_timings(runners, args.repeats)
-    for variant in VARIANTS:
-      seconds = statistics.median(times[variant])
-      records.append(
-        {"variant": variant, "seq_len": context, "ms_per_token": 1e3 * seconds, "state_bytes": sizes[variant]}
-      )
-      print(f"context {context:>6}  {variant:<17} {1e3 * seconds:8.3f} ms/token  state {sizes[variant]:>12,} bytes")
+  for batch in args.batch:
+    for context in args.contexts:
+      runners, sizes = {}, {}
+      for variant in VARIANTS:
+        runner, state, temp = prepared_runner(variant, context, batch, args)
+        runners[variant], sizes[variant] = runner, (state, temp)
+      times = harness.interleaved_timings(runners, args.repeats)
+      for variant in VARIANTS:
+        seconds, (state, temp) = statistics.median(times[variant]), sizes[variant]
+        records.append({
+          "variant": f"{variant} B={batch}", "model": variant, "batch": batch, "seq_len": context,
+          "ms_per_token": 1e3 * seconds, "state_bytes": state, "xla_temp_bytes": temp,
+        })  # fmt: skip
+        print(f"B={batch} context {context:>6}  {variant:<17} {1e3 * seconds:9.3f} ms/token  state {state:>14,} bytes")
   meta = {
     "devices": str(jax.devices()),
     "config": {k: v for k, v in vars(args).items() if k != "out"},
@@ -106,15 +145,27 @@ def measure(args) -> dict:
 
 
 def markdown(results: dict) -> str:
-  records = results["records"]
-  time_table = harness.ratio_table(records, "ms_per_token", reference="softmax_kv_cache", digits=3)
-  size_table = harness.ratio_table(records, "state_bytes", reference="softmax_kv_cache", scale=harness.MIB, digits=3)
-  return (
-    f"Milliseconds per decoded token (ratio to the KV cache), median of {results['meta']['config']['repeats']} "
-    f"interleaved repeats of {results['meta']['config']['steps']} steps; {results['meta']['devices']}, "
-    f"{results['meta']['date']}; `{results['meta']['command']}`\n\n{time_table}\n\n"
-    f"Decoding state (MiB) per batch of {results['meta']['config']['batch']}:\n\n{size_table}\n"
-  )
+  meta = results["meta"]
+  parts = [
+    f"Milliseconds per decoded token (ratio to the KV cache), median of {meta['config']['repeats']} interleaved "
+    f"repeats of {meta['config']['steps']} steps; {meta['devices']}, {meta['date']}; `{meta['command']}`"
+  ]
+  batches = list(dict.fromkeys(r.get("batch", meta["config"]["batch"]) for r in results["records"]))
+  for batch in batches:  # one set of tables per batch size; the rows are the models
+    records = [
+      {**r, "variant": r.get("model", r["variant"])} for r in results["records"] if r.get("batch", batch) == batch
+    ]
+    tables = [
+      ("ms_per_token", "Milliseconds per decoded token", 1.0),
+      ("state_bytes", "Decoding state (MiB)", harness.MIB),
+    ]
+    tables += [("xla_temp_bytes", "XLA temporaries of the compiled step (MiB)", harness.MIB)] * (
+      "xla_temp_bytes" in records[0]
+    )
+    for path, title, scale in tables:
+      table = harness.ratio_table(records, path, reference="softmax_kv_cache", scale=scale, digits=3)
+      parts.append(f"{title}, batch {batch}:\n\n{table}")
+  return "\n\n".join(parts) + "\n"
 
 
 def main(argv=None) -> None:
@@ -124,7 +175,8 @@ def main(argv=None) -> None:
   parser.add_argument("--dim", type=int, default=256)
   parser.add_argument("--heads", type=int, default=4)
   parser.add_argument("--low_rank", type=int, default=20)
-  parser.add_argument("--batch", type=int, default=1)
+  parser.add_argument("--batch", type=lambda s: [int(x) for x in s.split(",")], default=[1], help="e.g. 1,8")
+  parser.add_argument("--fill", choices=["synthetic", "prefill"], default="synthetic")
   parser.add_argument("--steps", type=int, default=16)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--prefill_chunk", type=int, default=256)
