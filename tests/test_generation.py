@@ -104,7 +104,7 @@ def test_one_compile_per_batch_shape(monkeypatch):
   gen._compiled.cache_clear()
   jit = jax.jit
   counted = iter([2, 1])  # prefill: a full chunk and a shorter last chunk; step: once
-  monkeypatch.setattr(gen.jax, "jit", lambda f: jit(chex.assert_max_traces(f, n=next(counted))))
+  monkeypatch.setattr(gen.jax, "jit", lambda f, **kw: jit(chex.assert_max_traces(f, n=next(counted)), **kw))
   for prompts, n in (([[1, 2, 3, 4, 5, 6, 7], [3, 3, 3, 3, 3, 3, 3, 3]], 5), ([[5] * 12, [1] * 9], 9)):
     gen.generate(model, params, prompts, max_new_tokens=n, options=options, prefill_chunk=4)
   gen._compiled.cache_clear()
@@ -142,3 +142,15 @@ def test_decode_step_past_max_len(layers):
   assert bool(jnp.all(jnp.isnan(logits)))
   logits, cache = decode_step(model, params, cache, jnp.ones((2, 1), jnp.int32))  # the last position is fine
   assert bool(jnp.all(jnp.isfinite(logits)))
+
+
+def test_the_cache_is_donated_to_each_step():
+  """The decode step updates the KV cache in place: its input buffers are consumed, not copied."""
+  model, params = _lm()
+  prefill, step = gen._compiled(model, gen.SamplingOptions(temperature=0.0))
+  cache = init_cache(model, 2)
+  filled = prefill(params, cache, jnp.ones((2, 3), jnp.int32))
+  assert all(leaf.is_deleted() for leaf in jax.tree.leaves(cache))
+  _, after = step(params, filled, jnp.ones((2,), jnp.int32), jax.random.key(0))
+  assert all(leaf.is_deleted() for leaf in jax.tree.leaves(filled))
+  assert int(after["position"]) == 4
