@@ -113,9 +113,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--sides", default="release,ours", help="comma list of: release, ours")
   parser.add_argument("--models", default=",".join(MODELS))
   parser.add_argument("--lengths", default="1024,2048,4096")
-  parser.add_argument(
-    "--allocators", default="system,tcmalloc", help="comma list of: system, system_retain, tcmalloc, jemalloc"
-  )
+  parser.add_argument("--allocators", default="system,tcmalloc", help="comma list of: system, system_retain, tcmalloc, jemalloc")
   parser.add_argument("--threads", type=int, default=2, help="cores pinned and threads on both sides")
   parser.add_argument("--batch_size", type=int, default=8)
   parser.add_argument("--warmup_steps", type=int, default=3)
