@@ -77,9 +77,7 @@ def peak_rss_bytes() -> int | None:
 
 
 def mapped_allocator(maps_path: str | Path = "/proc/self/maps") -> str:
-  """ "tcmalloc", "jemalloc", "system_retain" (glibc started with `host_allocator.RETAIN_TUNABLES`) or
-  "system": the malloc of this process, as `host_allocator` reports it (that module is not imported here: the
-  release's side runs in a torch interpreter without JAX)."""
+  """ "tcmalloc", "jemalloc" or "system": the malloc mapped into this process (as `host_allocator` reports)."""
   try:
     maps = Path(maps_path).read_text()
   except OSError:
@@ -87,7 +85,7 @@ def mapped_allocator(maps_path: str | Path = "/proc/self/maps") -> str:
   for name in ("tcmalloc", "jemalloc"):
     if f"lib{name}" in maps:
       return name
-  return "system_retain" if "glibc.malloc.mmap_max=0" in os.environ.get("GLIBC_TUNABLES", "") else "system"
+  return "system"
 
 
 def pin_threads(threads: int) -> list[int]:

@@ -113,7 +113,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--sides", default="release,ours", help="comma list of: release, ours")
   parser.add_argument("--models", default=",".join(MODELS))
   parser.add_argument("--lengths", default="1024,2048,4096")
-  parser.add_argument("--allocators", default="system,tcmalloc", help="comma list of: system, system_retain, tcmalloc, jemalloc")
+  parser.add_argument("--allocators", default="system,tcmalloc", help="comma list of: system, tcmalloc, jemalloc")
   parser.add_argument("--threads", type=int, default=2, help="cores pinned and threads on both sides")
   parser.add_argument("--batch_size", type=int, default=8)
   parser.add_argument("--warmup_steps", type=int, default=3)
@@ -178,11 +178,9 @@ def job_environment(allocator: str) -> dict[str, str]:
   """The environment of one process: `allocator` preloaded (nothing for "system"), no inherited preload."""
   from primal_jax.launch import host_allocator
 
-  env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "GLIBC_TUNABLES", host_allocator.REEXEC_MARKER)}
+  env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", host_allocator.REEXEC_MARKER)}
   if allocator == "system":
     return env
-  if allocator == "system_retain":  # the same glibc tuning for both sides, set before either process starts
-    return {**env, "GLIBC_TUNABLES": host_allocator.RETAIN_TUNABLES}
   library = host_allocator.find_library(allocator)
   if library is None:
     raise ValueError(f"allocator {allocator!r} is not installed (apt-get install {host_allocator.PACKAGES[allocator]})")

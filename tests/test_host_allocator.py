@@ -17,9 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_unknown_allocator_is_rejected_by_name():
   for call in (lambda: ha.find_library("mimalloc"), lambda: ha.ensure_allocator("mimalloc")):
-    with pytest.raises(
-      ValueError, match="allocator must be one of system, system_retain, tcmalloc, jemalloc, got 'mimalloc'"
-    ):
+    with pytest.raises(ValueError, match="allocator must be one of system, tcmalloc, jemalloc, got 'mimalloc'"):
       call()
 
 
@@ -48,55 +46,8 @@ def test_loaded_allocator_reads_the_memory_map(tmp_path):
 
 def test_this_process_reports_what_ld_preload_says():
   preload = os.environ.get("LD_PRELOAD", "")
-  expected = next((n for n in ("tcmalloc", "jemalloc") if f"lib{n}" in preload), None)
-  assert ha.loaded_allocator() == (expected or ("system_retain" if ha._retaining else "system"))
-
-
-# A child that mallocs 256 MiB, touches it, frees it, and prints its anonymous RSS (KiB) before and after the free.
-FREE_PROBE = """
-import ctypes, sys
-from primal_jax.launch import host_allocator as h
-if sys.argv[1] != "none":
-  print("allocator", h.ensure_allocator(sys.argv[1]))
-print("reported", h.loaded_allocator())
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
-rss = lambda: int(next(l for l in open("/proc/self/status") if l.startswith("RssAnon")).split()[1])
-p = libc.malloc(256 << 20)
-ctypes.memset(p, 1, 256 << 20)
-held = rss()
-libc.free(p)
-print("rss", held, rss())
-"""
-
-
-def _free_probe(allocator: str, extra_env: dict | None = None) -> dict:
-  env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "GLIBC_TUNABLES")} | (extra_env or {})
-  result = subprocess.run(
-    [sys.executable, "-c", FREE_PROBE, allocator], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-  )
-  assert result.returncode == 0, result.stderr[-2000:]
-  return {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()}
-
-
-def test_system_retain_keeps_freed_memory_where_plain_glibc_returns_it():
-  plain = _free_probe("none")
-  held, after = map(int, plain["rss"])
-  assert plain["reported"] == ["system"] and held > 250_000 and after < held - 200_000  # munmap'd at free
-  tuned = _free_probe("system_retain")
-  held, after = map(int, tuned["rss"])
-  assert tuned["allocator"] == tuned["reported"] == ["system_retain"]
-  assert held > 250_000 and after > held - 10_000  # kept in the heap for the next step
-  started = _free_probe("none", {"GLIBC_TUNABLES": ha.RETAIN_TUNABLES})  # tuned before it started
-  held, after = map(int, started["rss"])
-  assert started["reported"] == ["system_retain"] and after > held - 10_000
-
-
-def test_system_retain_refuses_a_preloaded_allocator(monkeypatch):
-  monkeypatch.setattr(ha, "loaded_allocator", lambda: "tcmalloc")
-  assert ha.retain_freed_memory() is False
-  with pytest.raises(ValueError, match="tunes glibc malloc; this process runs with tcmalloc"):
-    ha.ensure_allocator("system_retain")
+  expected = next((n for n in ("tcmalloc", "jemalloc") if f"lib{n}" in preload), "system")
+  assert ha.loaded_allocator() == expected
 
 
 def test_preload_environment_puts_the_library_first_once():

@@ -1,4 +1,4 @@
-"""Choose the host memory allocator (glibc malloc, tuned or not, tcmalloc or jemalloc) of a CPU run.
+"""Choose the host memory allocator (glibc malloc, tcmalloc or jemalloc) of a CPU run.
 
 Why: XLA's CPU runtime allocates every temporary buffer of a step afresh. With
 glibc malloc, buffers above its mmap threshold are mapped and unmapped on every
@@ -13,24 +13,17 @@ An allocator can only be chosen when the process starts (`LD_PRELOAD`), so
 `ensure_allocator` re-executes the current command line with the library
 preloaded. The library must be installed, e.g. Debian/Ubuntu
 `apt-get install libtcmalloc-minimal4` (or `libjemalloc2`).
-
-`system_retain` needs no library and no re-execution: glibc malloc is told,
-through mallopt(3) in this process, never to serve an allocation with mmap and
-never to trim its heap, so a freed temporary stays in the heap for the next
-step instead of going back to the kernel (`GLIBC_TUNABLES=RETAIN_TUNABLES` is
-the same setting for a process started by someone else, e.g. a benchmark's).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
-ALLOCATORS = ("system", "system_retain", "tcmalloc", "jemalloc")
+ALLOCATORS = ("system", "tcmalloc", "jemalloc")
 # Shared-object names per allocator, in order of preference; "system" preloads nothing.
 LIBRARY_NAMES = {
   "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"),
@@ -39,11 +32,6 @@ LIBRARY_NAMES = {
 PACKAGES = {"tcmalloc": "libtcmalloc-minimal4", "jemalloc": "libjemalloc2"}
 # Set before re-executing, so a preload that did not take is an error instead of an exec loop.
 REEXEC_MARKER = "PRIMAL_JAX_ALLOCATOR_REEXEC"
-# glibc's mallopt(3) parameters (malloc.h) and their retaining values: no mmap'd chunks, no trimming below 2 GiB.
-M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-RETAIN_TRIM_THRESHOLD = 2**31 - 1
-RETAIN_TUNABLES = f"glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold={RETAIN_TRIM_THRESHOLD}"
-_retaining = False  # set once retain_freed_memory() has tuned this process's malloc
 
 
 def _check_name(name: str) -> str:
@@ -72,8 +60,7 @@ def find_library(name: str, search_dirs: Sequence[Path] | None = None) -> Path |
 
 
 def loaded_allocator(maps_path: str | Path = "/proc/self/maps") -> str:
-  """Which allocator this process runs with: "tcmalloc", "jemalloc", "system_retain" (glibc tuned by
-  `retain_freed_memory` or started with RETAIN_TUNABLES) or "system".
+  """Which allocator this process runs with: "tcmalloc", "jemalloc" or "system" (neither mapped).
 
   Reads the process's memory map; where there is none (not Linux), reports "system".
   """
@@ -84,27 +71,7 @@ def loaded_allocator(maps_path: str | Path = "/proc/self/maps") -> str:
   for name in ("tcmalloc", "jemalloc"):
     if any(f"lib{name}" in line for line in maps.splitlines()):
       return name
-  return "system_retain" if _retaining or RETAIN_TUNABLES in os.environ.get("GLIBC_TUNABLES", "") else "system"
-
-
-def retain_freed_memory() -> bool:
-  """Tune this process's glibc malloc to keep freed memory for reuse (no mmap'd chunks, no heap trimming).
-
-  Returns False, changing nothing, where the C library is not glibc (musl, macOS) or a preloaded allocator
-  replaced malloc (tcmalloc and jemalloc keep freed memory already).
-  """
-  global _retaining
-  if loaded_allocator() in ("tcmalloc", "jemalloc"):
-    return False
-  try:
-    libc = ctypes.CDLL(None)
-    mallopt, version = libc.mallopt, libc.gnu_get_libc_version  # gnu_get_libc_version: glibc only
-  except (OSError, AttributeError):
-    return False
-  del version
-  mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-  _retaining = mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, RETAIN_TRIM_THRESHOLD) == 1
-  return _retaining
+  return "system"
 
 
 def preload_environment(library: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -132,12 +99,6 @@ def ensure_allocator(name: str, argv: Sequence[str] | None = None) -> str:
   loaded = loaded_allocator()
   if _check_name(name) == "system" or loaded == name:
     return loaded
-  if name == "system_retain":
-    if not retain_freed_memory():
-      raise ValueError(f"allocator 'system_retain' tunes glibc malloc; this process runs with {loaded}")
-    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t]
-    os.environ["GLIBC_TUNABLES"] = ":".join([*tunables, RETAIN_TUNABLES])  # child processes start tuned too
-    return name
   if loaded != "system":
     raise ValueError(
       f"allocator {name!r}: this process already runs with {loaded} (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}), "
