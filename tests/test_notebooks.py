@@ -180,9 +180,9 @@ def test_generation_runs(tmp_path, monkeypatch):
   assert 0.0 < float(_one(r"^validation bits per byte: ([\d.]+) at step 60$", text)) < 8.0  # 8: uniform bytes
   generated = re.findall(r"^--- prompt \d, then (\d+) generated characters:$", text, re.M)
   assert len(generated) == 2 and all(int(n) > 0 for n in generated)
-  timings = re.findall(r"^context +(\d+) +(\w+) +([\d.]+) ms/token", text, re.M)
+  timings = re.findall(r"^B=1 context +(\d+) +(\w+) +([\d.]+) ms/token", text, re.M)
   assert sorted((int(c), v) for c, v, _ in timings) == [
-    (c, v) for c in (64, 128, 256) for v in ("primal_state", "softmax_kv_cache")
+    (c, v) for c in (64, 128, 256) for v in ("primal_plus", "primal_state", "softmax_kv_cache")
   ]
   _figures(tmp_path, "generation_curves.png", "decoding.png")
   assert _images(nb) == 2
