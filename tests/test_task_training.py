@@ -78,6 +78,16 @@ def test_causal_lm_trains_through_the_binary(tmp_path, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_generate_refuses_a_run_that_is_not_a_causal_lm(tmp_path, capsys):
+  from primal_jax.training.config_args import load_config
+
+  (tmp_path / "config.json").write_text(load_config("lra:smoke").to_json())  # a classifier's run record
+  with pytest.raises(SystemExit) as exit_info:
+    generate_main(["generate", f"--workdir={tmp_path}", "--prompt=x"])
+  assert exit_info.value.code == 2
+  assert "holds a 'lra' model; generation needs a causal language model" in capsys.readouterr().err
+
+
 # --- a regression task and model of this file's own
 
 
