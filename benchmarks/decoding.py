@@ -152,18 +152,13 @@ def markdown(results: dict) -> str:
     f"Milliseconds per decoded token (ratio to the KV cache), median of {meta['config']['repeats']} interleaved "
     f"repeats of {meta['config']['steps']} steps; {meta['devices']}, {meta['date']}; `{meta['command']}`"
   ]
-  batches = list(dict.fromkeys(r.get("batch", meta["config"]["batch"]) for r in results["records"]))
-  for batch in batches:  # one set of tables per batch size; the rows are the models
-    records = [
-      {**r, "variant": r.get("model", r["variant"])} for r in results["records"] if r.get("batch", batch) == batch
-    ]
-    tables = [
-      ("ms_per_token", "Milliseconds per decoded token", 1.0),
-      ("state_bytes", "Decoding state (MiB)", harness.MIB),
-    ]
-    tables += [("xla_temp_bytes", "XLA temporaries of the compiled step (MiB)", harness.MIB)] * (
-      "xla_temp_bytes" in records[0]
-    )
+  tables = (
+    ("ms_per_token", "Milliseconds per decoded token", 1.0),
+    ("state_bytes", "Decoding state (MiB)", harness.MIB),
+    ("xla_temp_bytes", "XLA temporaries of the compiled step (MiB)", harness.MIB),
+  )
+  for batch in dict.fromkeys(r["batch"] for r in results["records"]):  # tables per batch size, a row per model
+    records = [{**r, "variant": r["model"]} for r in results["records"] if r["batch"] == batch]
     for path, title, scale in tables:
       table = harness.ratio_table(records, path, reference="softmax_kv_cache", scale=scale, digits=3)
       parts.append(f"{title}, batch {batch}:\n\n{table}")

@@ -128,7 +128,9 @@ def lm_sweep(table: str, base: Path) -> str:
   level, a different scale: direction only). The runs' own throughput is not shown: they ran on different
   machines beside other jobs (`lm_throughput` measures it side by side)."""
   body = []
-  for row in _rows("lm", table, ("Trans. (softmax)", "Primal.+Trans.", "PrimalFormer")):
+  from experiments.sweeps.lm import MODELS
+
+  for row in _rows("lm", table, [label for label, _, _ in MODELS]):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
     body[-1] += [_minutes(sum(row.wall_seconds) / row.n), ran_on("lm", row)]
@@ -136,15 +138,14 @@ def lm_sweep(table: str, base: Path) -> str:
   return markdown_table(header, body, numeric_from=2)
 
 
-LM_MODELS = (("Trans. (softmax)", "softmax"), ("Primal.+Trans.", "primal_plus"), ("PrimalFormer", "primalformer"))
-
-
 def lm_throughput(name: str, base: Path) -> str:
   """Training tokens/s of the LM models measured one after another on one machine, nothing else running:
   `experiments/results/lm/<name>/<model>/` are short runs of the same config (see docs/results.md)."""
+  from experiments.sweeps.lm import MODELS
+
   folder = RESULTS / "lm" / name
   body, reference = [], None
-  for label, model in LM_MODELS:
+  for label, model, _ in MODELS:
     run_dir = folder / model
     if not (run_dir / "metrics.jsonl").exists():
       continue
