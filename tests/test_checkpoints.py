@@ -277,6 +277,9 @@ def test_corrupt_latest_checkpoint_refuses_to_open(tmp_path):
     ckpt.save(1, state)
     ckpt.wait_until_finished()
   (tmp_path / "1" / "info" / "metadata").write_text("{")
+  with pytest.raises(CheckpointError, match=r"checkpoint step 1 .* is damaged: .*info/metadata: 1 bytes, recorded"):
+    Checkpointer(tmp_path, max_to_keep=1)  # the checksums name the file
+  (tmp_path / "1" / "checksums.json").unlink()  # as a step saved before checksums were recorded
   before = {k: v for k, v in snapshot(tmp_path).items() if k.startswith("1/")}
   with pytest.raises(CheckpointError, match=r"latest checkpoint .*1 is unreadable; nothing was deleted"):
     Checkpointer(tmp_path, max_to_keep=1)

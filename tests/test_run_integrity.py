@@ -131,7 +131,9 @@ def test_non_finite_loss_names_the_last_step_that_verifies(copy_of_run):
 
   _, workdir = copy_of_run
   flip_bytes(largest_data_file(workdir / "checkpoints" / "8"))
-  ckpt = Checkpointer(workdir / "checkpoints")
+  # As the train loop opens it: the flipped bytes may hold the arrays' metadata (OCDBT stores both in `d/`
+  # files, in the order its writes finished), and opening without allow_corrupt then refuses step 8 outright.
+  ckpt = Checkpointer(workdir / "checkpoints", allow_corrupt=True)
   pending = _PendingScalars(get_objective("classification"), ckpt)
   names = ("task_loss_sum", "count", "ksvd_loss", "correct_sum", "grad_norm", "param_norm", "learning_rate")
   pending.push(9, {"loss": np.float32(np.nan), **{k: np.float32(1.0) for k in names}})
@@ -140,6 +142,21 @@ def test_non_finite_loss_names_the_last_step_that_verifies(copy_of_run):
   message = str(info.value)
   assert "Last good checkpoint (its checksums verified): step 4" in message
   assert "step 8 fails its checksums" in message and "--config.resume_step=4" in message
+
+
+def test_unreadable_latest_step_that_fails_its_checksums_is_named_as_damaged(copy_of_run):
+  _, workdir = copy_of_run
+  victims = [p for p in (workdir / "checkpoints" / "8" / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
+  for path in victims:  # every byte of every data file: the metadata stored among them cannot be read either
+    flip_bytes(path, count=path.stat().st_size)
+  with pytest.raises(ValueError, match=r"checkpoint step 8 .* is damaged: .*sha256 differs") as info:
+    Checkpointer(workdir / "checkpoints")
+  assert (info.value.step, info.value.previous_good) == (8, 4)
+  assert sum(path.name in str(info.value) for path in victims) >= min(len(victims), 3)  # the first few named
+  ckpt = Checkpointer(workdir / "checkpoints", allow_corrupt=True)  # opened anyway, the damage recorded
+  assert "metadata failed" in ckpt.corrupt_steps[8]
+  assert ckpt.last_verified_step() == 4
+  ckpt.close()
 
 
 def test_init_from_a_damaged_checkpoint_names_it(copy_of_run, tmp_path):

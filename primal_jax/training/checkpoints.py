@@ -136,7 +136,10 @@ class Checkpointer:
     latest = self.latest_step()
     if latest in self._corrupt and not self._allow_corrupt:
       reason = self._corrupt[latest]
-      self._manager.close()
+      try:  # files that differ from their checksums explain it better: name them and the step to fall back to
+        self._check_checksums(latest)
+      finally:
+        self._manager.close()
       raise CheckpointError(
         f"the latest checkpoint {self._step_dir(latest)} is unreadable; nothing was deleted. Move or delete "
         f"it to resume from an earlier step, or pass allow_corrupt=True to open {self._directory} anyway "
