@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from primal_jax.launch import host_allocator
 from primal_jax.training.config_args import load_config, load_module
 
 # Overrides per protocol. "release": the release's (test evaluated at every epoch, the best reported).
@@ -308,7 +309,8 @@ def _run_subprocess(planned: PlannedRun, run_dir: Path, cache_dir: Path | None, 
   """
   start = ["-c", _CHILD_CODE] if sys.platform.startswith("linux") else ["-m", CHILD_MODULE]
   command = [sys.executable, *start, *planned.flags(run_dir)]
-  env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+  # tcmalloc preloaded here where installed (--allocator=auto's choice), so no child re-executes itself
+  env = host_allocator.auto_environment({**os.environ, "PYTHONUNBUFFERED": "1"})
   if cache_dir is not None:
     env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
   log_path = run_dir / "train.log"

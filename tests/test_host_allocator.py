@@ -93,15 +93,77 @@ def test_ensure_allocator_reexecutes_with_the_library_preloaded(name):
   assert report["preload"] == str(ha.find_library(name))
 
 
-def test_training_binary_reexecutes_with_the_allocator_and_records_it(jv_tfds_dir, tmp_path):
-  if ha.find_library("tcmalloc") is None:
-    pytest.skip("tcmalloc is not installed here (apt-get install libtcmalloc-minimal4)")
+def test_auto_is_what_is_loaded_else_tcmalloc_where_installed_else_system(monkeypatch):
+  monkeypatch.delenv(ha.REEXEC_MARKER, raising=False)
+  monkeypatch.setattr(ha, "loaded_allocator", lambda: "jemalloc")
+  assert ha.auto_choice() == "jemalloc"  # a preload the user chose is kept
+  monkeypatch.setattr(ha, "loaded_allocator", lambda: "system")
+  monkeypatch.setattr(ha, "find_library", lambda name: Path(f"/lib/lib{name}.so") if name == "tcmalloc" else None)
+  assert ha.auto_choice() == "tcmalloc"
+  monkeypatch.setattr(ha, "find_library", lambda name: None)
+  assert ha.auto_choice() == "system" and ha.ensure_allocator("auto") == "system"  # missing: runs, no error
+  monkeypatch.setattr(ha, "find_library", lambda name: Path(f"/lib/lib{name}.so"))
+  monkeypatch.setenv(ha.REEXEC_MARKER, "1")  # re-executed, yet tcmalloc is not mapped: run as is, never loop
+  assert ha.auto_choice() == "system" and ha.ensure_allocator("auto") == "system"
+  with pytest.raises(ValueError, match="allocator must be one of system, tcmalloc, jemalloc, got 'fast'"):
+    ha.ensure_allocator("fast")
+
+
+def test_speed_hint_only_for_a_cpu_run_without_tcmalloc(monkeypatch):
+  monkeypatch.setattr(ha, "loaded_allocator", lambda: "system")
+  monkeypatch.setattr(ha, "find_library", lambda name: None)
+  hint = ha.speed_hint("cpu")
+  assert "apt-get install libtcmalloc-minimal4" in hint and "--allocator=auto" in hint
+  assert ha.speed_hint("gpu") is None and ha.speed_hint("tpu") is None  # device memory: not the host's malloc
+  monkeypatch.setattr(ha, "find_library", lambda name: Path("/lib/libtcmalloc_minimal.so.4"))
+  assert ha.speed_hint("cpu") is None
+  monkeypatch.setattr(ha, "loaded_allocator", lambda: "jemalloc")
+  monkeypatch.setattr(ha, "find_library", lambda name: None)
+  assert ha.speed_hint("cpu") is None
+
+
+def test_auto_environment_preloads_tcmalloc_for_children_unless_told_otherwise(monkeypatch):
+  library = Path("/lib/libtcmalloc_minimal.so.4")
+  monkeypatch.setattr(ha, "find_library", lambda name: library)
+  env = ha.auto_environment({"A": "1"})
+  assert env["LD_PRELOAD"] == str(library) and env[ha.REEXEC_MARKER] == "1" and env["A"] == "1"
+  assert ha.auto_environment({"LD_PRELOAD": "/x/libjemalloc.so.2"}) == {"LD_PRELOAD": "/x/libjemalloc.so.2"}
+  assert ha.auto_environment({ha.REEXEC_MARKER: "1"}) == {ha.REEXEC_MARKER: "1"}
+  monkeypatch.setattr(ha, "find_library", lambda name: None)
+  assert ha.auto_environment({"A": "1"}) == {"A": "1"}
+
+
+def _train_smoke(data_dir, workdir, *extra):
   env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", ha.REEXEC_MARKER) and not k.startswith("JAX_")}
   args = [
-    sys.executable, "-m", "experiments.main", "--config=uea:smoke",
-    f"--workdir={tmp_path}", f"--config.data.data_dir={jv_tfds_dir}", "--config.total_steps=2", "--allocator=tcmalloc",
+    sys.executable, "-m", "experiments.main", "--config=uea:smoke", f"--workdir={workdir}",
+    f"--config.data.data_dir={data_dir}", "--config.total_steps=2", *extra,
   ]  # fmt: skip
   result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-  summary = json.loads((tmp_path / "summary.json").read_text())
+  return result, json.loads((workdir / "summary.json").read_text())
+
+
+def _metrics_without_times(workdir):
+  rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  return [{k: v for k, v in row.items() if "time" not in k and "per_s" not in k and "/s" not in k} for row in rows]
+
+
+@pytest.mark.slow
+def test_training_binary_defaults_to_tcmalloc_and_computes_the_same_run(jv_tfds_dir, tmp_path):
+  if ha.find_library("tcmalloc") is None:
+    pytest.skip("tcmalloc is not installed here (apt-get install libtcmalloc-minimal4)")
+  _, fast = _train_smoke(jv_tfds_dir, tmp_path / "auto")  # no --allocator: auto
+  result, plain = _train_smoke(jv_tfds_dir, tmp_path / "system", "--allocator=system")
+  assert (fast["host_allocator"], plain["host_allocator"]) == ("tcmalloc", "system")
+  assert "tcmalloc" not in result.stderr  # an explicit choice gets no hint
+  rows = _metrics_without_times(tmp_path / "auto")
+  assert any("loss" in row.get("scalars", {}) for row in rows)
+  assert rows == _metrics_without_times(tmp_path / "system")  # bit for bit
+
+
+def test_training_binary_reexecutes_with_the_allocator_and_records_it(jv_tfds_dir, tmp_path):
+  if ha.find_library("tcmalloc") is None:
+    pytest.skip("tcmalloc is not installed here (apt-get install libtcmalloc-minimal4)")
+  _, summary = _train_smoke(jv_tfds_dir, tmp_path, "--allocator=tcmalloc")
   assert summary["host_allocator"] == "tcmalloc" and summary["steps"] == 2

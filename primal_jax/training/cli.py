@@ -167,6 +167,7 @@ def define_config_flag(help_text: str):
 
 def run(argv: list[str] | None = None) -> None:
   """Parse `--config=NAME|FILE[:arg]`, `--config.x=y` overrides and `--workdir`, then train."""
+  import jax
   from absl import app, flags, logging
 
   from primal_jax.launch import host_allocator
@@ -178,8 +179,9 @@ def run(argv: list[str] | None = None) -> None:
   )
   workdir_flag = flags.DEFINE_string("workdir", None, "directory for checkpoints, metrics and config.json")
   allocator_flag = flags.DEFINE_enum(
-    "allocator", "system", list(host_allocator.ALLOCATORS),
-    "host malloc (CPU runs): tcmalloc or jemalloc re-executes the command with the library preloaded",
+    "allocator", "auto", list(host_allocator.CHOICES),
+    "host malloc (CPU runs): auto = tcmalloc where installed, else glibc's; tcmalloc or jemalloc re-execute "
+    "the command with that library preloaded (an error if it is missing); system = as the process started",
   )  # fmt: skip
   list_flag = flags.DEFINE_bool("list_configs", False, "print the packaged configs, one a line, and exit")
   flags.DEFINE_bool("debug", False, "print the traceback above a one-line error")
@@ -214,12 +216,14 @@ def run(argv: list[str] | None = None) -> None:
       if not workdir_flag.value:
         raise ConfigError("--workdir is required: the directory for checkpoints and metrics (created if missing)")
       allocator = allocator_flag.value
-      if not from_command_line and allocator not in ("system", host_allocator.loaded_allocator()):
+      if not from_command_line and allocator not in ("auto", "system", host_allocator.loaded_allocator()):
         raise ConfigError(f"--allocator={allocator} needs a fresh process (run(argv) cannot re-execute)")
-      try:
-        host_allocator.ensure_allocator(allocator)  # re-executes the command unless nothing has to change
+      try:  # re-executes the command unless nothing has to change; run(argv) keeps what is loaded
+        host_allocator.ensure_allocator(allocator if from_command_line else "system")
       except ValueError as err:
         raise ConfigError(f"--allocator={allocator}: {err}") from err
+      if allocator == "auto" and (hint := host_allocator.speed_hint(jax.default_backend())):
+        logging.warning(hint)
       workdir = _check_workdir(workdir_flag.value)
       summary = train_and_evaluate(config_flag.value, workdir)
     except ConfigError as err:
