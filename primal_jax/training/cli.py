@@ -167,7 +167,6 @@ def define_config_flag(help_text: str):
 
 def run(argv: list[str] | None = None) -> None:
   """Parse `--config=NAME|FILE[:arg]`, `--config.x=y` overrides and `--workdir`, then train."""
-  import jax
   from absl import app, flags, logging
 
   from primal_jax.launch import host_allocator
@@ -222,8 +221,6 @@ def run(argv: list[str] | None = None) -> None:
         host_allocator.ensure_allocator(allocator if from_command_line else "system")
       except ValueError as err:
         raise ConfigError(f"--allocator={allocator}: {err}") from err
-      if allocator == "auto" and (hint := host_allocator.speed_hint(jax.default_backend())):
-        logging.warning(hint)
       workdir = _check_workdir(workdir_flag.value)
       summary = train_and_evaluate(config_flag.value, workdir)
     except ConfigError as err:

@@ -179,6 +179,8 @@ def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str
     writer.write_config(config.to_dict())
   if primary:
     record_changes(workdir, start, resume, set_aside=steps - set(ckpt.all_steps()))
+  if hint := host_allocator.speed_hint(jax.devices()[0].platform):  # after jax.distributed's initialisation
+    log(f"note: {hint}")
   log(
     f"{config.model.name}/{stack_name(config.model.layers)}: {exp.num_params:,} params, {exp.total_steps} steps "
     f"({exp.pipeline.steps_per_epoch}/epoch), mesh {dict(exp.mesh.shape)}, {jax.process_count()} process(es); {origin}"
