@@ -330,6 +330,27 @@ def test_torch_init_style_embeddings():
     assert abs(e.mean()) < 0.02 * 0.03
 
 
+def test_token_embedding_values_and_table_gradients_against_numpy():
+  """Tokens and positions looked up per token; the tables' gradients are the float64 scatter-sums of the
+  output cotangent over every (batch, position) that read a row. Tolerance 1e-6 relative (float32 sums of 6)."""
+  config = make_config("primalformer", 1, vocab_size=VOCAB, max_len=16, dim=8, dropout_rate=0.0)
+  tokens, positions = _tokens(3, (6, 10)), jnp.arange(10)[None]
+  module = TokenEmbedding(config)
+  params = nn.unbox(module.init(jax.random.key(1), tokens, positions, deterministic=True))["params"]
+  cotangent = np.random.default_rng(4).normal(size=(6, 10, 8))
+  out, vjp = jax.vjp(lambda p: module.apply({"params": p}, tokens, positions, deterministic=True), params)
+  (grads,) = vjp(jnp.asarray(cotangent, jnp.float32))
+  token_table = np.asarray(params["tokens"]["embedding"], np.float64)
+  position_table = np.asarray(params["positions"]["embedding"], np.float64)
+  np.testing.assert_allclose(out, token_table[np.asarray(tokens)] + position_table[None, :10], rtol=1e-6, atol=1e-7)
+  expected_tokens = np.zeros_like(token_table)
+  np.add.at(expected_tokens, np.asarray(tokens).ravel(), cotangent.reshape(-1, 8))
+  expected_positions = np.zeros_like(position_table)
+  expected_positions[:10] = cotangent.sum(axis=0)
+  np.testing.assert_allclose(grads["tokens"]["embedding"], expected_tokens, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(grads["positions"]["embedding"], expected_positions, rtol=1e-6, atol=1e-6)
+
+
 # ============================================================================ argument errors
 
 
