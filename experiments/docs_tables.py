@@ -11,7 +11,8 @@ A generated table sits between two markers, each on a line of its own, in a Mark
 
 The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/)
 or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself), `decoding:<dir>` (the decoding
-benchmark's JSON in benchmarks/results/<dir>/), `vs_release:<dir>` (benchmarks/vs_release.py's), or
+benchmark's JSON in benchmarks/results/<dir>/), `vs_release:<dir>` (benchmarks/vs_release.py's),
+`step_profile:<dir>` (benchmarks/step_profile.py's), or
 `d4rl:<table>`, `vit:<table>`, `lm:<table>` (a table of
 experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/,
 `experiments.sweep_tables`). Sources: the UEA sweep's run
@@ -30,6 +31,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from benchmarks.step_profile import docs_table as step_profile_table
 from benchmarks.vs_release import docs_table as vs_release_table
 from experiments.sweep_tables import d4rl_sweep, lm_sweep, lm_throughput, mean_std, vit_sweep
 from experiments.sweep_tables import markdown_table as _markdown
@@ -346,6 +348,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "lm_throughput": lm_throughput,
   "decoding": decoding,
   "vs_release": vs_release_table,
+  "step_profile": step_profile_table,
 }
 
 

@@ -24,7 +24,7 @@ import primal_jax
 ROOT = Path(__file__).resolve().parents[1]
 TOP_FILES = ("pyproject.toml", "setup.cfg", "MANIFEST.in", "README.md", "LICENSE", "CHANGELOG.md", "CITATION.cff")
 TOP_FILES += ("BUILD_NOTES.md",)
-EXTRAS = {"data", "train", "rl", "notebooks", "docs", "test"}
+EXTRAS = {"data", "train", "rl", "notebooks", "docs", "profile", "test"}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,345 @@
+"""Where a compiled train step's time goes on CPU, against the roofline measured in the same process.
+
+  python -m benchmarks.step_profile --models=primalformer --lengths=1024,4096 --out=benchmarks/results/step_profile
+
+For each (model, N) of the LRA ListOps configuration the efficiency benchmark uses: compile the train step,
+trace `--steps` steps with `jax.profiler`, and join every traced XLA op with its instruction in the optimised
+HLO. Each op is put in one class by what it computes (a matmul: a dot or a fusion around one; a copy or
+transpose; a reduction; the remaining elementwise work) and gets its FLOPs (2 m n k per dot) and the bytes it
+reads and writes (operand and result shapes). The same process measures the matmul peak (a large square
+float32 matmul), the memory bandwidth (an elementwise triad over 64 MiB arrays) and XLA's rate on the
+model's own GEMM shapes ([B*N, 64] x [64, 64], [64, 128] and [128, 64]) alone, so
+each class's achieved GFLOP/s and GB/s sit beside what this CPU can do, and the `roofline` column is the time
+the class would take if every op ran at max(FLOPs / peak, bytes / bandwidth). That column answers whether a
+target such as "40% of the matmul peak" is reachable for a model: it is not when even the roofline time of
+the step's memory-bound work leaves the matmul FLOPs below that share.
+
+Reading the trace needs `xprof` (`pip install xprof`); nothing else of it is used. Op times are summed over
+the threads XLA:CPU runs independent ops on, so their total can exceed the step's wall time; Eigen dots
+(the `dot` ops outside YNNPACK fusions) run asynchronously and show only their dispatch time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+CLASSES = ("matmul", "copy/transpose", "reduction", "elementwise")
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
+DTYPE_BYTES |= {"f64": 8, "s64": 8, "u64": 8}
+_SHAPE = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\([^=]*?\)|\S+) ([\w\-]+)\((.*)$", re.M)
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*?\{\n(.*?)^\}", re.M | re.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+  """One instruction of the optimised HLO: its class, FLOPs and bytes moved per call."""
+
+  name: str
+  kind: str  # one of CLASSES
+  flops: float
+  bytes: float
+  source: str  # the JAX op it came from (metadata op_name), for the top-ops table
+
+
+def shape_bytes(shape: str) -> int:
+  """Bytes of an HLO shape string (`f32[8,64]{1,0}` or a tuple of them)."""
+  return sum(
+    DTYPE_BYTES.get(dtype, 4) * math.prod(int(d) for d in dims.split(",") if d) for dtype, dims in _SHAPE.findall(shape)
+  )
+
+
+def _dims(shape: str) -> list[int]:
+  match = _SHAPE.search(shape)
+  return [int(d) for d in match.group(2).split(",") if d] if match else []
+
+
+def _dot_flops(body: str, shapes: Mapping[str, str]) -> float:
+  """2 m n k summed over the dots of `body` (k: the product of the lhs contracting dimensions)."""
+  flops = 0.0
+  for match in _INSTRUCTION.finditer(body):
+    _, shape, opcode, rest = match.groups()
+    if opcode != "dot":
+      continue
+    lhs = re.match(r"%([\w.\-]+)", rest)
+    contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", rest)
+    if not lhs or not contracting or lhs.group(1) not in shapes:
+      continue
+    lhs_dims = _dims(shapes[lhs.group(1)])
+    k = math.prod(lhs_dims[int(i)] for i in contracting.group(1).split(",") if i)
+    flops += 2.0 * math.prod(_dims(shape)) * k
+  return flops
+
+
+def _classify(opcode: str, body: str) -> str:
+  opcodes = {m.group(3) for m in _INSTRUCTION.finditer(body)} if body else {opcode}
+  if opcodes & {"dot", "convolution"}:
+    return "matmul"
+  if opcodes & {"reduce", "reduce-window"}:
+    return "reduction"
+  if opcodes & {"copy", "transpose"}:
+    return "copy/transpose"
+  return "elementwise"
+
+
+def hlo_ops(hlo_text: str) -> dict[str, Op]:
+  """Every instruction outside fused computations of an optimised HLO module (`compiled.as_text()`), by name."""
+  computations = {m.group(1): m.group(2) for m in _COMPUTATION.finditer(hlo_text)}
+  shapes = {m.group(1): m.group(2) for m in _INSTRUCTION.finditer(hlo_text)}  # names are unique in a module
+  fused = set(re.findall(r"\bfusion\(.*?calls=%([\w.\-]+)", hlo_text))
+  ops = {}
+  outer = (_INSTRUCTION.finditer(body) for name, body in computations.items() if name not in fused)
+  for match in (m for matches in outer for m in matches):  # the ops a trace can name: none inside a fusion
+    name, shape, opcode, rest = match.groups()
+    called = re.search(r"calls=%([\w.\-]+)", rest)
+    body = computations.get(called.group(1), "") if called and opcode == "fusion" else ""
+    operands = re.findall(r"%([\w.\-]+)", rest.split("),")[0])
+    moved = shape_bytes(shape) + sum(shape_bytes(shapes[o]) for o in operands if o in shapes)
+    flops = _dot_flops(body or match.group(0), shapes)
+    source = re.search(r'op_name="([^"]*)"', rest)
+    ops[name] = Op(name, _classify(opcode, body), flops, float(moved), source.group(1) if source else "")
+  return ops
+
+
+def op_times(events: Iterable[Mapping], ops: Mapping[str, Op], steps: int) -> dict[str, float]:
+  """Seconds per step of each HLO op in a trace (`traceEvents` of xprof's trace viewer), summed over threads."""
+  seconds: dict[str, float] = {}
+  for event in events:
+    name = event.get("name", "")
+    if event.get("ph") == "X" and name in ops:
+      seconds[name] = seconds.get(name, 0.0) + float(event.get("dur", 0.0)) * 1e-6 / steps
+  return seconds
+
+
+def summarise(ops: Mapping[str, Op], seconds: Mapping[str, float], peak: float, bandwidth: float) -> list[dict]:
+  """One row per class: time, its share, FLOPs, bytes, achieved rates and the roofline time."""
+  total = sum(seconds.values()) or 1.0
+  rows = []
+  for kind in CLASSES:
+    names = [n for n in seconds if ops[n].kind == kind]
+    t = sum(seconds[n] for n in names)
+    flops, moved = sum(ops[n].flops for n in names), sum(ops[n].bytes for n in names)
+    roofline = sum(max(ops[n].flops / peak, ops[n].bytes / bandwidth) for n in names)
+    rows.append({
+      "class": kind, "ops": len(names), "seconds": t, "share": t / total, "flops": flops, "bytes": moved,
+      "flops_per_s": flops / t if t else 0.0, "bytes_per_s": moved / t if t else 0.0, "roofline_seconds": roofline,
+    })  # fmt: skip
+  return rows
+
+
+def triad_bandwidth(elements: int, repeats: int = 20) -> float:
+  """Best bytes per second of a jitted `a * 2 + b` over float32 arrays of `elements` (3 arrays moved)."""
+  import jax
+  import jax.numpy as jnp
+
+  a, b = jnp.ones((elements,), jnp.float32), jnp.full((elements,), 2.0, jnp.float32)
+  triad = jax.jit(lambda a, b: a * 2.0 + b)
+  triad(a, b).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    triad(a, b).block_until_ready()
+    times.append(time.perf_counter() - start)
+  return 3 * 4 * elements / min(times)  # the best repeat: what the memory system can deliver
+
+
+GEMMS = {  # the three products of a Dense layer's forward and backward, as `einsum` specs over [rows, k] x ...
+  "Y = X W": "mk,kn->mn",
+  "dX = dY W^T": "mn,kn->mk",
+  "dW = X^T dY": "mk,mn->kn",
+}
+
+
+def gemm_rates(rows: int, widths=((64, 64), (64, 128), (128, 64)), repeats: int = 10) -> dict[str, float]:
+  """FLOP/s XLA:CPU reaches on the model's own matmuls alone (jitted, float32), forward and backward forms."""
+  import jax
+  import jax.numpy as jnp
+
+  rates = {}
+  for k, n in widths:
+    x, w, dy = jnp.ones((rows, k), jnp.float32), jnp.ones((k, n), jnp.float32), jnp.ones((rows, n), jnp.float32)
+    for label, spec in GEMMS.items():
+      operands = {"mk,kn->mn": (x, w), "mn,kn->mk": (dy, w), "mk,mn->kn": (x, dy)}[spec]
+      product = jax.jit(lambda a, b, spec=spec: jnp.einsum(spec, a, b))
+      product(*operands).block_until_ready()
+      times = []
+      for _ in range(repeats):
+        start = time.perf_counter()
+        product(*operands).block_until_ready()
+        times.append(time.perf_counter() - start)
+      rates[f"{label}, k={k}, n={n}"] = 2.0 * rows * k * n / statistics.median(times)
+  return rates
+
+
+def read_trace(trace_dir: str) -> list[dict]:
+  """The trace viewer events of the `.xplane.pb` that `jax.profiler` wrote under `trace_dir` (needs xprof)."""
+  try:
+    from xprof.convert import raw_to_tool_data
+  except ImportError as err:
+    raise SystemExit("benchmarks.step_profile reads the trace with xprof: pip install xprof") from err
+  (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
+  data, _ = raw_to_tool_data.xspace_to_tool_data([path], "trace_viewer", {})
+  return json.loads(data)["traceEvents"]
+
+
+def profile(model: str, seq_len: int, args) -> dict:
+  """Compile, warm up, time and trace one (model, N); returns its record."""
+  import jax
+
+  from benchmarks import efficiency
+  from benchmarks import harness as bm
+
+  variant = efficiency.available_variants()[model]
+  step_args = argparse.Namespace(
+    config="lra", task="listops", set=args.set, batch_size=args.batch_size, num_classes=10, seed=0, steps=1
+  )
+  prepared = efficiency.prepare_step(variant, seq_len, step_args, jax.devices()[0], warmup_steps=args.warmup_steps)
+  start = time.perf_counter()
+  prepared.run(args.steps)
+  wall = (time.perf_counter() - start) / args.steps
+  with tempfile.TemporaryDirectory() as trace_dir:
+    jax.profiler.start_trace(trace_dir)
+    prepared.run(args.steps)
+    jax.profiler.stop_trace()
+    events = read_trace(trace_dir)
+  ops = hlo_ops(prepared.compiled.as_text())
+  seconds = op_times(events, ops, args.steps)
+  measured = bm.measure_matmul_peak(args.peak_size)
+  peak = measured["flops"] / min(measured["seconds"])  # the best repeat: a peak, not a typical rate
+  bandwidth = triad_bandwidth(args.triad_elements)
+  gemms = gemm_rates(args.batch_size * seq_len)
+  top = sorted(seconds, key=seconds.get, reverse=True)[: args.top]
+  return {
+    "model": model, "seq_len": seq_len, "batch_size": args.batch_size, "wall_seconds": wall,
+    "op_seconds": sum(seconds.values()),
+    "step_flops": prepared.flops, "matmul_peak": peak, "bandwidth": bandwidth, "gemm_rates": gemms,
+    "classes": summarise(ops, seconds, peak, bandwidth), "loss": prepared.loss(),
+    "top": [{**dataclasses.asdict(ops[n]), "seconds": seconds[n]} for n in top],
+  }  # fmt: skip
+
+
+def _rate(flops_per_s: float, peak: float) -> str:
+  return f"{flops_per_s / 1e9:.0f} ({100 * flops_per_s / peak:.0f}%)"
+
+
+def markdown(record: Mapping) -> str:
+  """The class table, the GEMM rates and the top ops of one record."""
+  peak, bandwidth, wall = record["matmul_peak"], record["bandwidth"], record["wall_seconds"]
+  matmul_flops = next(r for r in record["classes"] if r["class"] == "matmul")["flops"]
+  roofline = sum(r["roofline_seconds"] for r in record["classes"])
+  lines = [
+    f"### {record['model']}, N = {record['seq_len']}",
+    "",
+    f"Step {wall * 1e3:.0f} ms wall ({record['op_seconds'] * 1e3:.0f} ms of op time summed over threads); matmul "
+    f"peak {peak / 1e9:.0f} GFLOP/s, triad bandwidth {bandwidth / 1e9:.1f} GB/s. The step's {matmul_flops / 1e9:.2f} "
+    f"GFLOP of matmuls are {100 * matmul_flops / wall / peak:.0f}% of the peak over its wall time; with every op "
+    f"at its roofline ({roofline * 1e3:.1f} ms) they would be {100 * matmul_flops / roofline / peak:.0f}%.",
+    "",
+    "| class | ops | ms/step | share | GFLOP/s (% peak) | GB/s (% triad) | roofline ms |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+  ]
+  for r in record["classes"]:
+    rate = _rate(r["flops_per_s"], peak) if r["flops"] else "-"
+    lines.append(
+      f"| {r['class']} | {r['ops']} | {r['seconds'] * 1e3:.1f} | {100 * r['share']:.0f}% | {rate} | "
+      f"{r['bytes_per_s'] / 1e9:.1f} ({100 * r['bytes_per_s'] / bandwidth:.0f}%) | {r['roofline_seconds'] * 1e3:.1f} |"
+    )
+  rows = record["seq_len"] * record["batch_size"]
+  lines += ["", f"The step's matmul shapes alone (rows = B N = {rows:,}), GFLOP/s (% peak):", ""]
+  lines += ["| product | " + " | ".join(GEMMS) + " |", "|---|" + "---:|" * len(GEMMS)]
+  for k, n in sorted({tuple(int(v[2:]) for v in key.split(", ")[1:]) for key in record["gemm_rates"]}):
+    rates = [_rate(record["gemm_rates"][f"{label}, k={k}, n={n}"], peak) for label in GEMMS]
+    lines.append(f"| k = {k}, n = {n} | " + " | ".join(rates) + " |")
+  lines += ["", "| op | class | ms/step | GFLOP/s | GB/s | from |", "|---|---|---:|---:|---:|---|"]
+  for op in record["top"]:
+    t = op["seconds"] or 1e-12
+    rate = f"{op['flops'] / t / 1e9:.0f}" if op["flops"] else "-"
+    source = op["source"].replace("jit(train_step)/", "").replace("transpose(jvp(", "bwd(").replace("jvp(", "fwd(")
+    row = f"| `{op['name']}` | {op['kind']} | {t * 1e3:.2f} | {rate} | {op['bytes'] / t / 1e9:.1f} | `{source[-60:]}` |"
+    lines.append(row)
+  return "\n".join(lines)
+
+
+def summary_table(records: Iterable[Mapping]) -> str:
+  """One row per (model, N): the step, its matmul share of the peak, and each class against its roofline."""
+  header = "| model | N | step ms | matmul % of peak | roofline ms | % of peak at the roofline | "
+  header += " | ".join(f"{kind} ms (x roofline)" for kind in CLASSES) + " |"
+  lines = [header, "|---|---:|" + "---:|" * (4 + len(CLASSES))]
+  for r in records:
+    flops = next(c for c in r["classes"] if c["class"] == "matmul")["flops"]
+    roofline = sum(c["roofline_seconds"] for c in r["classes"])
+    peak, wall = r["matmul_peak"], r["wall_seconds"]
+    cells = [
+      r["model"], f"{r['seq_len']:,}", f"{wall * 1e3:.0f}", f"{100 * flops / wall / peak:.0f}%",
+      f"{roofline * 1e3:.0f}", f"{100 * flops / roofline / peak:.0f}%",
+    ]  # fmt: skip
+    cells += [f"{c['seconds'] * 1e3:.0f} ({c['seconds'] / c['roofline_seconds']:.1f}x)" for c in r["classes"]]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def docs_table(name: str, base: Path) -> str:
+  """The docs table `step_profile:<name>`: the summary of benchmarks/results/<name>/step_profile.json."""
+  folder = Path(__file__).resolve().parent / "results" / name
+  results = json.loads((folder / "step_profile.json").read_text())
+  meta, records = results["meta"], results["records"]
+  peaks = sorted(r["matmul_peak"] / 1e9 for r in records)
+  triads = sorted(r["bandwidth"] / 1e9 for r in records)
+  link = Path(os.path.relpath(folder / "step_profile.md", base)).as_posix()
+  return (
+    summary_table(records)
+    + f"\n\nOp time per step summed over XLA's threads, by class; roofline: every op at max(FLOPs / matmul peak, "
+    f"bytes / triad bandwidth), measured in the same process (peak {peaks[0]:.0f}-{peaks[-1]:.0f} GFLOP/s, "
+    f"bandwidth {triads[0]:.0f}-{triads[-1]:.0f} GB/s). Batch 8, LRA ListOps model, host allocator "
+    f"{meta['allocator']}, {meta['date']}; [per-op tables]({link})."
+  )
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+  parser.add_argument("--models", default="primalformer", help="comma-separated efficiency variants")
+  parser.add_argument("--lengths", default="4096", help="comma-separated N")
+  parser.add_argument("--batch_size", type=int, default=8)
+  parser.add_argument("--steps", type=int, default=3, help="traced steps (and as many timed before)")
+  parser.add_argument("--warmup_steps", type=int, default=2)
+  parser.add_argument("--peak_size", type=int, default=2048, help="side of the square matmul that measures the peak")
+  parser.add_argument("--triad_elements", type=int, default=2**24, help="float32 elements per triad array (DRAM-sized)")
+  parser.add_argument("--top", type=int, default=15, help="ops listed one by one")
+  parser.add_argument("--allocator", default="auto", help="host malloc: auto, system, tcmalloc, jemalloc")
+  parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+  parser.add_argument("--out", default="", help="directory for step_profile.json and step_profile.md")
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> list[dict]:
+  args = parse_args(argv)
+  from primal_jax.launch import host_allocator
+
+  host_allocator.ensure_allocator(args.allocator)  # before JAX starts: re-executes with the library preloaded
+  records = [
+    profile(model, int(n), args) for model in args.models.split(",") for n in args.lengths.split(",") if n.strip()
+  ]
+  text = "\n\n".join(markdown(r) for r in records)
+  print(text)
+  if args.out:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"allocator": host_allocator.loaded_allocator(), "argv": argv, "date": time.strftime("%Y-%m-%d")}
+    (out / "step_profile.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    (out / "step_profile.md").write_text(text + "\n")
+  return records
+
+
+if __name__ == "__main__":
+  main()
