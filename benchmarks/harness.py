@@ -185,6 +185,17 @@ def interleaved_timings(runners: Mapping[str, Callable[[], float]], repeats: int
   return times
 
 
+def call_seconds(fn: Callable, *args, repeats: int) -> list[float]:
+  """Wall seconds of `repeats` calls of `fn(*args)`, each waited for, after one untimed warm-up call."""
+  jax.block_until_ready(fn(*args))
+  samples = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    samples.append(time.perf_counter() - start)
+  return samples
+
+
 def measure_matmul_peak(
   size: int = 2048, repeats: int = 5, dtype=jnp.float32, device: jax.Device | None = None
 ) -> dict[str, Any]:
@@ -198,12 +209,7 @@ def measure_matmul_peak(
   a, b = (jax.device_put(jax.random.normal(k, (size, size), dtype), device) for k in keys)
   compiled = jax.jit(jnp.matmul).lower(a, b).compile()
   flops = compiled_flops(compiled) or 2.0 * size**3
-  jax.block_until_ready(compiled(a, b))  # warm-up
-  samples = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(a, b))
-    samples.append(time.perf_counter() - start)
+  samples = call_seconds(compiled, a, b, repeats=repeats)
   seconds = statistics.median(samples)
   return {
     "size": size,

@@ -143,42 +143,35 @@ def triad_bandwidth(elements: int, repeats: int = 20) -> float:
   import jax
   import jax.numpy as jnp
 
+  from benchmarks.harness import call_seconds
+
   a, b = jnp.ones((elements,), jnp.float32), jnp.full((elements,), 2.0, jnp.float32)
-  triad = jax.jit(lambda a, b: a * 2.0 + b)
-  triad(a, b).block_until_ready()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    triad(a, b).block_until_ready()
-    times.append(time.perf_counter() - start)
-  return 3 * 4 * elements / min(times)  # the best repeat: what the memory system can deliver
+  seconds = call_seconds(jax.jit(lambda a, b: a * 2.0 + b), a, b, repeats=repeats)
+  return 3 * 4 * elements / min(seconds)  # the best repeat: what the memory system can deliver
 
 
-GEMMS = {  # the three products of a Dense layer's forward and backward, as `einsum` specs over [rows, k] x ...
-  "Y = X W": "mk,kn->mn",
-  "dX = dY W^T": "mn,kn->mk",
-  "dW = X^T dY": "mk,mn->kn",
+# The three products of a Dense layer's forward and backward: label -> (einsum spec, its two operands).
+GEMMS = {
+  "Y = X W": ("mk,kn->mn", "x", "w"),
+  "dX = dY W^T": ("mn,kn->mk", "dy", "w"),
+  "dW = X^T dY": ("mk,mn->kn", "x", "dy"),
 }
 
 
 def gemm_rates(rows: int, widths=((64, 64), (64, 128), (128, 64)), repeats: int = 10) -> dict[str, float]:
-  """FLOP/s XLA:CPU reaches on the model's own matmuls alone (jitted, float32), forward and backward forms."""
+  """Median FLOP/s XLA:CPU reaches on the model's own matmuls alone (jitted, float32), each of the three forms."""
   import jax
   import jax.numpy as jnp
 
+  from benchmarks.harness import call_seconds
+
   rates = {}
   for k, n in widths:
-    x, w, dy = jnp.ones((rows, k), jnp.float32), jnp.ones((k, n), jnp.float32), jnp.ones((rows, n), jnp.float32)
-    for label, spec in GEMMS.items():
-      operands = {"mk,kn->mn": (x, w), "mn,kn->mk": (dy, w), "mk,mn->kn": (x, dy)}[spec]
+    arrays = {"x": jnp.ones((rows, k)), "w": jnp.ones((k, n)), "dy": jnp.ones((rows, n))}  # float32
+    for label, (spec, lhs, rhs) in GEMMS.items():
       product = jax.jit(lambda a, b, spec=spec: jnp.einsum(spec, a, b))
-      product(*operands).block_until_ready()
-      times = []
-      for _ in range(repeats):
-        start = time.perf_counter()
-        product(*operands).block_until_ready()
-        times.append(time.perf_counter() - start)
-      rates[f"{label}, k={k}, n={n}"] = 2.0 * rows * k * n / statistics.median(times)
+      seconds = call_seconds(product, arrays[lhs], arrays[rhs], repeats=repeats)
+      rates[f"{label}, k={k}, n={n}"] = 2.0 * rows * k * n / statistics.median(seconds)
   return rates
 
 

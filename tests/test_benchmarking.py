@@ -146,6 +146,17 @@ def test_plot_scaling_writes_a_png(tmp_path):
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_call_seconds_times_each_call_after_an_untimed_warm_up():
+  calls = []
+
+  def fn(x):
+    calls.append(x)
+    return jnp.asarray(x) * 2
+
+  samples = bm.call_seconds(fn, 3.0, repeats=4)
+  assert len(calls) == 5 and len(samples) == 4 and all(s > 0 for s in samples)
+
+
 def test_matmul_peak_is_positive():
   peak = bm.measure_matmul_peak(size=128, repeats=2)
   assert peak["flops"] == 2 * 128**3

@@ -28,7 +28,8 @@ def test_transposes_reductions_and_elementwise_are_told_apart():
   assert {op.kind for op in sp.hlo_ops(compiled_text(lambda x: jnp.sum(x * 2.0, axis=0), x)).values()} >= {"reduction"}
   kinds = {op.kind for op in sp.hlo_ops(compiled_text(lambda x: (x.T * 3.0).copy(), x)).values()}
   assert "copy/transpose" in kinds and "matmul" not in kinds
-  assert {op.kind for op in sp.hlo_ops(compiled_text(lambda x: jnp.exp(x) + 1.0, x)).values()} <= {"elementwise"}
+  elementwise = sp.hlo_ops(compiled_text(lambda x: jnp.exp(x) + 1.0, x))
+  assert elementwise and {op.kind for op in elementwise.values()} == {"elementwise"}
 
 
 def test_shape_bytes_reads_dtypes_and_tuples():
@@ -69,3 +70,10 @@ def test_a_real_trace_times_the_ops_of_the_compiled_function(tmp_path):
   seconds = sp.op_times(sp.read_trace(str(tmp_path)), ops, steps=1)
   assert seconds and all(t > 0 for t in seconds.values())
   assert any(ops[name].kind == "matmul" for name in seconds)
+
+
+def test_gemm_rates_time_the_three_forms_of_each_width_and_the_triad_moves_three_arrays():
+  rates = sp.gemm_rates(64, widths=((8, 16),), repeats=2)
+  assert sorted(rates) == sorted(f"{label}, k=8, n=16" for label in sp.GEMMS)
+  assert all(0 < rate < 1e15 for rate in rates.values())
+  assert 0 < sp.triad_bandwidth(1024, repeats=2) < 1e13

@@ -18,7 +18,8 @@ preloaded. The library must be installed, e.g. Debian/Ubuntu
 allocator already loaded, else tcmalloc where it is installed, else glibc's
 malloc (nothing breaks without the library; `speed_hint` says once per run how
 to get it). The allocator changes where buffers live, not what is computed:
-losses are bit-identical under each (`tests/test_host_allocator.py`).
+a run's metrics are bit-identical under tcmalloc and glibc malloc
+(`tests/test_host_allocator.py`).
 """
 
 from __future__ import annotations
