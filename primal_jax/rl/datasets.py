@@ -2,7 +2,7 @@
 
 D4RL's datasets cannot be downloaded on an offline machine, so `medium`, `medium-replay`, `expert` and
 `medium-expert` are rebuilt here by rolling out SAC actors trained in the same (-v4) MuJoCo environments
-(`experiments/train_behaviour.py`; weights in `experiments/results/d4rl/policies/<env>/`):
+(`experiments/train_behaviour.py`; weights shipped with the package in `primal_jax/rl/policies/<env>/`):
 
 - `medium`: the `medium.npz` actor; `expert`: the `expert.npz` actor;
 - `medium-replay`: the `replay_<step>.npz` actors along the medium policy's training run, in order, an equal
@@ -26,7 +26,7 @@ from primal_jax.data.cache import default_cache_dir, sha256_file
 from primal_jax.errors import MissingFileError
 from primal_jax.rl import policy as pol
 
-POLICY_ROOT = Path(__file__).resolve().parents[2] / "experiments" / "results" / "d4rl" / "policies"
+POLICY_ROOT = Path(__file__).resolve().parent / "policies"  # package data (setup.cfg), in the wheel too
 LEVELS = ("medium", "medium-replay", "expert", "medium-expert")
 KEYS = ("observations", "actions", "next_observations", "rewards", "terminals", "timeouts")
 DEFAULT_SIZE = 100_000  # transitions per level (medium-expert: twice); D4RL has 1M (replay: 0.2-0.4M)
