@@ -214,6 +214,13 @@ def test_each_family_is_installed_by_its_extras(family, requirements, providers)
     assert extras == ("train",)
 
 
+@pytest.mark.parametrize("task", sorted(registry.BUILTIN_TASKS))
+def test_each_input_pipeline_alone_is_installed_by_the_data_extra(task, requirements, providers):
+  extras = ("data", *(e for e in registry.BUILTIN_TASKS[task].extras if e != "train"))
+  _, external = reachable(ROOT, [registry.BUILTIN_TASKS[task].module])
+  assert not unserved(external, requirements, extras, providers)
+
+
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_each_command_is_installed_by_its_extras(entry, requirements, providers):
   modules, extras = ENTRY_POINTS[entry]
