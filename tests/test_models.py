@@ -28,6 +28,9 @@ from primal_jax.models import (
 from primal_jax.models.classifier import ClassifierHead
 from primal_jax.models.config import stack_name
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, VOCAB, CLASSES = 2, 12, 11, 3
 TINY = dict(
   vocab_size=VOCAB,
