@@ -303,8 +303,10 @@ def test_verify_runs_at_the_precision_it_is_given(monkeypatch, flag, expected):
 
   monkeypatch.setattr(cli, "run_case", recording_run_case)
   with jax.default_matmul_precision(None):
-    assert cli.main(["verify", str(REFERENCE_DIR / "ts_primal_layer.npz"), *flag]) == 0
+    status = cli.main(["verify", str(REFERENCE_DIR / "ts_primal_layer.npz"), *flag])
   assert seen == [expected]
+  # At the platform's default an accelerator may miss the tolerance (exit 1); at "highest" every platform passes.
+  assert status == 0 if expected == "highest" else status in (0, 1)
 
 
 @pytest.mark.parametrize(
