@@ -23,6 +23,9 @@ from primal_jax.attention import (
 from primal_jax.models import TransformerConfig
 from primal_jax.models.builders import build_model
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, D, H = 2, 7, 8, 2
 
 

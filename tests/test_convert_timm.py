@@ -24,6 +24,9 @@ from primal_jax.convert import timm as convert_timm
 from primal_jax.convert.vit import model_from_state_dict, nchw_to_nhwc
 from primal_jax.training.checkpoints import Checkpointer
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 TIMM_CASE = Path(__file__).resolve().parent / "data" / "timm_vit_small.npz"
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 TOL = 1e-5
