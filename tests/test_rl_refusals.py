@@ -106,6 +106,11 @@ def test_malformed_d4rl_hdf5_files_are_one_line_naming_the_file(tmp_path):
     assert "\n" not in str(info.value)
 
 
+def test_a_negative_embedded_size_names_data_size():
+  with pytest.raises(ConfigError, match=r"data\.size must be an integer >= 1 .*got -5"):
+    load_trajectories("embedded", env="hopper", level="medium", size=-5)
+
+
 @pytest.mark.parametrize("targets", [(float("nan"),), (3600.0, float("inf")), (1800.0, -float("inf"))])
 def test_non_finite_target_returns_are_refused_before_the_data_is_read(tmp_path, targets):
   with pytest.raises(ConfigError, match=r"data\.target_returns must be finite numbers"):

@@ -171,6 +171,11 @@ def load_trajectories(
   if source == "embedded":
     from primal_jax.rl import datasets
 
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 0):
+      raise ConfigError(
+        f"data.size must be an integer >= 1 (transitions per level; 0: the default {datasets.DEFAULT_SIZE}), "
+        f"got {size!r}"
+      )
     arrays, _ = datasets.load(env, level, size=size or datasets.DEFAULT_SIZE, seed=seed)
     return split_trajectories(arrays, f"embedded {env}-{level}")
   if source == "d4rl":
