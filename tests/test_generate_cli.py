@@ -41,3 +41,10 @@ def test_a_seed_beyond_64_bits_is_refused(lm_workdir, capsys, seed):
 def test_a_tiny_temperature_is_refused(lm_workdir, capsys):
   err = _refusal(capsys, [f"--workdir={lm_workdir}", "--prompt=x", "--temperature=1e-40"])
   assert "temperature must be 0 (greedy) or >= 1.1754944e-38" in err
+
+
+def test_a_step_that_was_not_saved_lists_the_saved_ones(lm_workdir, capsys):
+  for step in (4, 8):
+    (lm_workdir / "checkpoints" / str(step)).mkdir(parents=True)
+  err = _refusal(capsys, [f"--workdir={lm_workdir}", "--prompt=x", "--step=7"])
+  assert "--step 7: " in err and "holds the steps [4, 8]; pass one of them (no --step: the latest)" in err
