@@ -322,3 +322,21 @@ def test_vit_smoke_trains_on_the_embedded_fashion_mnist_through_the_binary(fashi
   assert 0.0 <= test["accuracy"] <= 1.0 and test["accuracy"] * 10_000 == pytest.approx(round(test["accuracy"] * 1e4))
   config = json.loads((tmp_path / "run" / "config.json").read_text())
   assert config["data"]["dataset"] == "fashion_mnist" and config["data"]["channels"] == 1
+
+
+def test_the_binary_refuses_a_mix_probability_above_one_in_one_line(folder, tmp_path):
+  """Issue 26.10: `--config.data.mix.prob=1.5` ended in a ValueError traceback."""
+  import os
+  import subprocess
+  import sys
+
+  root = Path(__file__).resolve().parents[1]
+  env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(root)}
+  command = [
+    sys.executable, "-m", "experiments.main", "--config=vit", f"--workdir={tmp_path / 'run'}",
+    "--config.data.dataset=image_folder", f"--config.data.source={folder}", "--config.data.mix.prob=1.5",
+  ]  # fmt: skip
+  result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+  lines = result.stderr.strip().splitlines()
+  assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+  assert lines == ["python -m experiments.main: error: data.mix.prob must be in [0, 1], got 1.5"], lines
