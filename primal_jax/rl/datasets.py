@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from primal_jax.data.cache import default_cache_dir, sha256_file
-from primal_jax.errors import MissingFileError
+from primal_jax.errors import ConfigError, MissingFileError
 from primal_jax.rl import policy as pol
 
 POLICY_ROOT = Path(__file__).resolve().parent / "policies"  # package data (setup.cfg), in the wheel too
@@ -97,8 +97,15 @@ def policy_files(env_name: str, level: str, policy_dir: str | Path | None = None
   return files
 
 
+def check_size(size: int) -> None:
+  """ConfigError unless `size` is an integer >= 1 (a dataset of 0 transitions has a NaN mean return)."""
+  if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
+    raise ConfigError(f"size must be an integer >= 1 (transitions per level), got {size!r}")
+
+
 def generate(env_name: str, level: str, size: int = DEFAULT_SIZE, seed: int = 0, policy_dir=None) -> dict:
   """The dataset's arrays (`size` transitions; medium-expert 2 * size), deterministic in (policies, size, seed)."""
+  check_size(size)
   if level not in LEVELS:
     raise ValueError(f"level {level!r} not in {LEVELS}")
   if level == "medium-expert":
@@ -154,6 +161,7 @@ def load(env_name: str, level: str, size: int = DEFAULT_SIZE, seed: int = 0, cac
   Cached as `<cache>/d4rl/<env>-<level>-v4-n<size>-s<seed>.hdf5` with a `.json` beside it holding the
   summary, the generating policies' sha256 and the file's sha256 (checked on every load).
   """
+  check_size(size)
   root = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "d4rl"
   stem = f"{env_name}-{level}-v4-n{size}-s{seed}"
   path, info_path = root / f"{stem}.hdf5", root / f"{stem}.json"

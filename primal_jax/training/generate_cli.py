@@ -9,8 +9,10 @@ Loads the run's config and checkpoint (the latest, or `--step`), encodes each pr
 samples `--max_new_tokens` bytes after it (`primal_jax.models.generation`: Primal layers decode from their
 O(1) running sums, softmax layers from a key/value cache; the prompts are prefilled in chunks; one compiled
 step for the whole batch). Prints each prompt followed by its continuation (invalid UTF-8 shown as U+FFFD).
-User errors (no checkpoint, a model that is not a causal LM, an empty or too long prompt, top_p outside
-(0, 1]) end in one line on stderr and exit status 2.
+Sampling is per prompt: a prompt's continuation is what it gives alone with the same `--seed`, whatever the
+other prompts (identical prompts get identical continuations; vary `--seed` for other samples). User errors (no
+checkpoint, a model that is not a causal LM, an empty or too long prompt, top_p outside (0, 1], a temperature
+between 0 and 1.18e-38, a seed outside 64 bits) end in one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -38,12 +40,30 @@ def generate_from_run(
   if config.data.task != "text_bytes":
     raise ValueError(f"--workdir {workdir}: prompts are encoded as bytes; its task is {config.data.task!r}")
   ids = [list(p.encode("utf-8")) for p in prompts]
+  _check_checkpoint(workdir, step)
   experiment, state = load_state(config, workdir, step=step)
   out = generation.generate(
     experiment.built.module, state.params, ids, max_new_tokens=max_new_tokens, options=options, seed=seed,
     prefill_chunk=prefill_chunk,
   )  # fmt: skip
   return [bytes(tokens).decode("utf-8", errors="replace") for tokens in out]
+
+
+def _check_checkpoint(workdir: str, step: int | None) -> None:
+  """ValueError telling a CLI user what to pass unless `workdir` holds a checkpoint (of `step`, if given)."""
+  from pathlib import Path
+
+  from primal_jax.training.checkpoint_format import WORKDIR_SUBDIR
+
+  directory = Path(workdir) / WORKDIR_SUBDIR
+  steps = sorted(int(d.name) for d in directory.iterdir() if d.name.isdigit()) if directory.is_dir() else []
+  if not steps:
+    raise ValueError(
+      f"--workdir {workdir} holds no checkpoint (nothing in {directory}): pass --workdir of a run that saved one "
+      "(python -m experiments.main --config=lm ... --workdir=DIR trains one)"
+    )
+  if step is not None and step not in steps:
+    raise ValueError(f"--step {step}: {directory} holds the steps {steps}; pass one of them (no --step: the latest)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -57,7 +77,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   flags.DEFINE_float("temperature", 1.0, "Softmax temperature; 0 is greedy.", **on)
   flags.DEFINE_integer("top_k", 0, "Keep the k most probable bytes (0: all).", **on)
   flags.DEFINE_float("top_p", 1.0, "Nucleus: the smallest most-probable set reaching this mass, in (0, 1].", **on)
-  flags.DEFINE_integer("seed", 0, "Sampling seed.", **on)
+  flags.DEFINE_integer(
+    "seed", 0, "Sampling seed (64-bit); a prompt's continuation depends on it and the prompt only.",
+    lower_bound=-(2**63), upper_bound=2**63 - 1, **on,
+  )  # fmt: skip
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).", **on)
   flags.DEFINE_integer("prefill_chunk", 64, "Prompt tokens fed per prefill call.", **on)
   flags.mark_flags_as_required(["workdir", "prompt"], flag_values=fv)
