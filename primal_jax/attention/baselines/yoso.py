@@ -27,6 +27,9 @@ from primal_jax.feature_maps import cosine_feature_map
 from primal_jax.initializers import linear_inits
 from primal_jax.validation import check_positive
 
+# Queries per block of E (memory O(QUERY_BLOCK * M) instead of O(N * M)).
+QUERY_BLOCK = 512
+
 
 def collision_probability(cosine: jax.Array, tau: int) -> jax.Array:
   """(1 - arccos(x) / pi)^tau, with x clipped to [-1, 1] (rounding can put |q^ . k^| just above 1)."""
@@ -39,26 +42,60 @@ def _expectation(q_hat, k_hat, q_weight, k_weight, tau):
   return collision_probability(cosine, tau) * q_weight[:, None, :, None] * k_weight[:, None, None, :]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _cumulation(q_hat, k_hat, v, q_weight, k_weight, tau):
-  return jnp.einsum("bhnm,bhmp->bhnp", _expectation(q_hat, k_hat, q_weight, k_weight, tau), v)
+def _query_blocks(x: jax.Array, block: int) -> jax.Array:
+  """[B, H, N, f] or [B, N] -> [nb, ...] blocks of `block` queries along N (zero-padded at the end)."""
+  axis = x.ndim - 2 if x.ndim == 4 else 1
+  nb = -(-x.shape[axis] // block)
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, nb * block - x.shape[axis])
+  x = jnp.pad(x, pad)
+  x = x.reshape(x.shape[:axis] + (nb, block) + x.shape[axis + 1 :])
+  return jnp.moveaxis(x, axis, 0)
 
 
-def _cumulation_fwd(q_hat, k_hat, v, q_weight, k_weight, tau):
-  return _cumulation(q_hat, k_hat, v, q_weight, k_weight, tau), (q_hat, k_hat, v, q_weight, k_weight)
+def _unblock(blocks: jax.Array, length: int) -> jax.Array:
+  """[nb, B, H, block, f] -> [B, H, N, f]."""
+  x = jnp.moveaxis(blocks, 0, 2)
+  return x.reshape(x.shape[:2] + (-1,) + x.shape[4:])[:, :, :length]
 
 
-def _cumulation_bwd(tau, res, grad):
-  """Upstream's `Cumulation.backward`: W = (G V^T) * E, dq^ = W (tau/2) k^, dk^ = W^T (tau/2) q^, dv = E^T G."""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _cumulation(q_hat, k_hat, v, q_weight, k_weight, tau, block):
+  """E V, one block of `block` queries at a time (memory O(block M), not O(N M))."""
+
+  def one(args):
+    q_blk, w_blk = args
+    return jnp.einsum("bhnm,bhmp->bhnp", _expectation(q_blk, k_hat, w_blk, k_weight, tau), v)
+
+  blocks = jax.lax.map(one, (_query_blocks(q_hat, block), _query_blocks(q_weight, block)))
+  return _unblock(blocks, q_hat.shape[2])
+
+
+def _cumulation_fwd(q_hat, k_hat, v, q_weight, k_weight, tau, block):
+  return _cumulation(q_hat, k_hat, v, q_weight, k_weight, tau, block), (q_hat, k_hat, v, q_weight, k_weight)
+
+
+def _cumulation_bwd(tau, block, res, grad):
+  """Upstream's `Cumulation.backward`: W = (G V^T) * E, dq^ = W (tau/2) k^, dk^ = W^T (tau/2) q^, dv = E^T G.
+
+  E is recomputed per block of queries; dk^ and dv accumulate over the blocks.
+  """
   q_hat, k_hat, v, q_weight, k_weight = res
-  expectation = _expectation(q_hat, k_hat, q_weight, k_weight, tau)
-  weighted = jnp.einsum("bhnp,bhmp->bhnm", grad, v) * expectation
   half = jnp.asarray(tau / 2, q_hat.dtype)
-  grad_q = half * jnp.einsum("bhnm,bhmp->bhnp", weighted, k_hat)
-  grad_k = half * jnp.einsum("bhnm,bhnp->bhmp", weighted, q_hat)
-  grad_v = jnp.einsum("bhnm,bhnp->bhmp", expectation, grad)
+
+  def one(carry, args):
+    grad_k, grad_v = carry
+    q_blk, w_blk, g_blk = args
+    expectation = _expectation(q_blk, k_hat, w_blk, k_weight, tau)
+    weighted = jnp.einsum("bhnp,bhmp->bhnm", g_blk, v) * expectation
+    grad_k = grad_k + half * jnp.einsum("bhnm,bhnp->bhmp", weighted, q_blk)
+    grad_v = grad_v + jnp.einsum("bhnm,bhnp->bhmp", expectation, g_blk)
+    return (grad_k, grad_v), half * jnp.einsum("bhnm,bhmp->bhnp", weighted, k_hat)
+
+  blocks = tuple(_query_blocks(x, block) for x in (q_hat, q_weight, grad))
+  (grad_k, grad_v), grad_q = jax.lax.scan(one, (jnp.zeros_like(k_hat), jnp.zeros_like(v)), blocks)
   zero = jax.tree.map(jnp.zeros_like, (q_weight, k_weight))
-  return grad_q, grad_k, grad_v, *zero
+  return _unblock(grad_q, q_hat.shape[2]), grad_k, grad_v, *zero
 
 
 _cumulation.defvjp(_cumulation_fwd, _cumulation_bwd)
@@ -72,6 +109,7 @@ def yoso_expectation(
   key_valid: jax.Array | None = None,
   *,
   tau: int,
+  query_block: int = QUERY_BLOCK,
 ) -> jax.Array:
   """normalize(E V) of YOSO-E (no conv residual), with upstream's gradient through E.
 
@@ -80,6 +118,8 @@ def yoso_expectation(
     query_valid: [B, N] bool or None (padded queries: E row 0, output 0).
     key_valid: [B, M] bool or None (padded keys: E column 0).
     tau: hash code length (the exponent).
+    query_block: queries per block: E is formed [query_block, M] at a time, forward and backward
+      (time stays O(N M), memory O(query_block M)).
   Returns:
     [B, H, N, p] in the compute dtype; rows of unit norm (0 where E V is 0).
   """
@@ -88,7 +128,8 @@ def yoso_expectation(
   ones = lambda n: jnp.ones((q.shape[0], n), dt)  # noqa: E731
   q_weight = ones(q.shape[2]) if query_valid is None else query_valid.astype(dt)
   k_weight = ones(k.shape[2]) if key_valid is None else key_valid.astype(dt)
-  return cosine_feature_map(_cumulation(q_hat, k_hat, v.astype(dt), q_weight, k_weight, tau))
+  block = min(query_block, q.shape[2])
+  return cosine_feature_map(_cumulation(q_hat, k_hat, v.astype(dt), q_weight, k_weight, tau, block))
 
 
 class YosoAttention(BaselineAttention):
