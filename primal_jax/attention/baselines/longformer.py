@@ -4,7 +4,7 @@ The LRA setting of the Nystromformer LRA code (`LRA/code/attention_longformer.py
 Hugging Face transformers 3.3.1's `LongformerSelfAttention` with `attention_window = [w]` and the first
 token global): with c = w / 2 and scores s_ij = q_i . k_j / sqrt(p),
 
-  local query i:   softmax over {global keys g} u {j : |i - j| <= c, j neither padded nor global}
+  local query i:   softmax over {global keys g} u {j : abs(i - j) <= c, j neither padded nor global}
   global query i:  softmax over every real key (full attention)
   padded query i:  output 0 (transformers zeroes its weights)
 

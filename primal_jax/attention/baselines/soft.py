@@ -1,11 +1,11 @@
 """SOFT (Lu et al., 2021, "Softmax-free Transformer with Linear Complexity"): a Gaussian kernel, low rank.
 
-SOFT replaces softmax(q k^T) by the Gaussian kernel exp(-|q_i - k_j|^2 / 2) with keys = queries (one
+SOFT replaces softmax(q k^T) by the Gaussian kernel exp(-norm(q_i - k_j)^2 / 2) with keys = queries (one
 projection, scaled by p^-1/4), which is symmetric positive semi-definite, and approximates it by Nystrom
 through m landmarks l (fudan-zvg/SOFT, `models/softmax_free_transformer.py` `SoftmaxFreeAttentionKernel`
 and `SOFT/kernel/inverse.py`):
 
-  A = exp(-|q_i - l_a|^2 / 2) [N, m],   S = exp(-|l_a - l_b|^2 / 2) [m, m],   out = A S^+ (A^T V),
+  A = exp(-norm(q_i - l_a)^2 / 2) [N, m],   S = exp(-norm(l_a - l_b)^2 / 2) [m, m],   out = A S^+ (A^T V),
 
 with S^+ from Newton's iteration V <- 2 V - V P V on P = S + 0.01 I from V_0 = 0.9 * 2 / max_a(sum_b S_ab)^2 P,
 and the upstream's backward through it, -V^T G V^T (as if V were the exact inverse of S). Landmarks: the
@@ -34,7 +34,7 @@ LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 
 
 def gaussian_kernel(x: jax.Array, y: jax.Array) -> jax.Array:
-  """exp(-|x_i - y_j|^2 / 2), computed as upstream: |x|^2 + |y|^2 - 2 x . y. [..., n, p], [..., m, p] -> [..., n, m]."""
+  """exp(-norm(x_i - y_j)^2 / 2), computed as upstream: x^2 + y^2 - 2 x . y; [..., n, p], [..., m, p] -> [..., n, m]."""
   sq = jnp.sum(x * x, axis=-1)[..., :, None] + jnp.sum(y * y, axis=-1)[..., None, :]
   return jnp.exp(-(sq - 2.0 * jnp.einsum("...np,...mp->...nm", x, y)) / 2.0)
 

@@ -4,7 +4,7 @@ YOSO hashes unit queries and keys with tau random hyperplanes; a query and a key
 (1 - arccos(q . k) / pi)^tau. YOSO-E replaces the sampled collisions by that expectation (mlpen/YOSO,
 `yoso_v1/yoso.py` `YOSOEAttention` with `kernel.Cumulation`, the exact O(N^2) reference of their sampler):
 
-  q^ = q / |q|,  k^ = k / |k|,   E_ij = (1 - arccos(q^_i . k^_j) / pi)^tau m_i m_j,
+  q^ = q / norm(q),  k^ = k / norm(k),   E_ij = (1 - arccos(q^_i . k^_j) / pi)^tau m_i m_j,
   out_i = normalize(sum_j E_ij v_j)  [+ depthwise conv of the masked values, optional]
 
 There is no softmax and no division by sum_j E_ij: the rows are L2-normalised instead. The upstream's
@@ -32,7 +32,7 @@ QUERY_BLOCK = 512
 
 
 def collision_probability(cosine: jax.Array, tau: int) -> jax.Array:
-  """(1 - arccos(x) / pi)^tau, with x clipped to [-1, 1] (rounding can put |q^ . k^| just above 1)."""
+  """(1 - arccos(x) / pi)^tau, with x clipped to [-1, 1] (rounding can put abs(q^ . k^) just above 1)."""
   return (1.0 - jnp.arccos(jnp.clip(cosine, -1.0, 1.0)) / math.pi) ** tau
 
 
