@@ -129,10 +129,17 @@ def soft_core(q, landmarks, v, iterations):
   return a @ newton_inverse(gaussian(landmarks, landmarks), iterations) @ (a.T @ v)
 
 
-def soft_forward(q, v, valid, *, num_landmarks, iterations, norm=None):
-  """SOFT on raw queries q [N, p] (= keys): scale p^-1/4, zero padded rows, landmarks, core."""
+def soft_forward(q, v, valid, *, num_landmarks, iterations, norm=None, conv=None):
+  """SOFT on raw queries q [N, p] (= keys): scale p^-1/4, zero padded rows, landmarks, core.
+
+  Landmarks: segment means, or with `conv` [r, p, p] the sum over each block of r positions of q_t @ conv[t].
+  """
   qs = q * q.shape[1] ** -0.25 * valid[:, None]
-  landmarks = segment_means(qs, num_landmarks)
+  if conv is None:
+    landmarks = segment_means(qs, num_landmarks)
+  else:
+    r = conv.shape[0]
+    landmarks = np.stack([sum(qs[a * r + t] @ conv[t] for t in range(r)) for a in range(qs.shape[0] // r)])
   if norm is not None:
     landmarks = layer_norm_gelu(landmarks, *norm)
   return soft_core(qs, landmarks, v * valid[:, None], iterations)

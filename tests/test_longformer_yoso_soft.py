@@ -70,9 +70,9 @@ def reference(name, module, params, x, valid):
           out[b, h] += _conv(v[b, h] * valid[b][:, None], p64["conv"][:, h])
       else:
         norm = (p64["landmark_norm"]["scale"], p64["landmark_norm"]["bias"]) if module.landmark_norm else None
-        out[b, h] = nref.soft_forward(
-          q[b, h], v[b, h], valid[b], num_landmarks=module.num_landmarks, iterations=module.newton_iterations, norm=norm
-        )
+        conv = p64["landmark_conv"] if module.landmarks == "conv" else None
+        opts = dict(num_landmarks=module.num_landmarks, iterations=module.newton_iterations, norm=norm, conv=conv)
+        out[b, h] = nref.soft_forward(q[b, h], v[b, h], valid[b], **opts)
   return _merge(p64, out)
 
 
@@ -99,6 +99,18 @@ def test_layer_matches_numpy(name, kwargs, mask_kind):
   out = jax.jit(module.apply)({"params": params}, x, mask=mask)
   chex.assert_shape(out, (B, N, D))
   ref.assert_rel_close(out, reference(name, module, params, x, None if mask is None else pad), 1e-5, name)
+
+
+@pytest.mark.parametrize("landmark_norm", [True, False])
+def test_soft_conv_landmarks_match_numpy(landmark_norm):
+  """landmarks='conv': a learned [r, p, p] map of each block of r = 3 positions (N = 12: 4 landmarks), padded."""
+  module = _module("soft", landmarks="conv", conv_block=3, landmark_norm=landmark_norm)
+  x = normal(7, (B, 12, D))
+  pad = padding_mask(7, B, 12)
+  params = random_params(module, x, mask=pad)
+  assert params["landmark_conv"].shape == (3, P, P)
+  out = jax.jit(module.apply)({"params": params}, x, mask=pad)
+  ref.assert_rel_close(out, reference("soft", module, params, x, pad), 1e-5, "conv landmarks")
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -248,6 +260,9 @@ def test_newton_inverse_converges_to_the_ridge_inverse():
     ("soft", dict(num_landmarks=0), "num_landmarks"),
     ("soft", dict(newton_iterations=0), "newton_iterations"),
     ("soft", dict(num_landmarks=N + 1), "num_landmarks"),
+    ("soft", dict(landmarks="grid"), "landmarks"),
+    ("soft", dict(conv_block=0), "conv_block"),
+    ("soft", dict(landmarks="conv", conv_block=4), "divisible by conv_block=4"),
     ("soft", dict(causal=True), "causal=True is not supported"),
   ],
 )

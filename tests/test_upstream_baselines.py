@@ -83,20 +83,25 @@ def test_yoso_e_matches_mlpen_yoso():
   ref.assert_rel_close(grad_x, z["grad_x"], TOL, "grad_x")
 
 
-def test_soft_matches_fudan_soft():
-  """fudan-zvg/SOFT's SoftmaxFreeAttention on a 4 x 6 grid with ratio 2 and its conv set to averaging, against
-  ours on the grid in block-major order (our 6 segments of 4 positions = its 2 x 2 blocks)."""
-  z, meta = _case("soft")
-  config = meta["cases"]["soft"]
-  heads, perm = config["num_heads"], z["perm"]
+@pytest.mark.parametrize("prefix", ["pool", "conv"])
+def test_soft_matches_fudan_soft(prefix):
+  """fudan-zvg/SOFT's SoftmaxFreeAttention on a 4 x 6 grid with ratio 2 (its learned conv, or that conv set to
+  averaging), against ours on the grid in block-major order: our 6 blocks of 4 consecutive positions are its
+  2 x 2 blocks ("conv" with conv_block 4, or "pool" with 6 landmarks)."""
+  arrays, meta = _case("soft")
+  config = meta["cases"][prefix]
+  z = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(prefix + "/")}
+  heads, perm, r = config["num_heads"], z["perm"], config["ratio"]
   p = config["dim"] // heads
-  r = config["ratio"]
-  np.testing.assert_array_equal(
-    z["attn.Qlandmark_op.weight"], np.eye(p)[:, :, None, None].repeat(r, 2).repeat(r, 3) / r**2
-  )
-  module = get_attention("soft")(num_heads=heads, num_landmarks=len(perm) // r**2, newton_iterations=config["max_iter"])
+  weight = z["attn.Qlandmark_op.weight"]  # [p_out, p_in, r, r]
+  average = np.eye(p)[:, :, None, None].repeat(r, 2).repeat(r, 3) / r**2
+  assert np.array_equal(weight, average) == (prefix == "pool")
+  landmarks = dict(landmarks="conv", conv_block=r * r) if prefix == "conv" else dict(num_landmarks=len(perm) // r**2)
+  module = get_attention("soft")(num_heads=heads, newton_iterations=config["max_iter"], **landmarks)
   params = _params(z, heads, (("query", "W_q"), ("value", "W_v")))
   params["landmark_norm"] = {"scale": z["attn.Qnorm_act.0.weight"], "bias": z["attn.Qnorm_act.0.bias"]}
+  if prefix == "conv":
+    params["landmark_conv"] = weight.transpose(2, 3, 1, 0).reshape(r * r, p, p)  # [(ky, kx), p_in, p_out]
   out, grad_x = _out_and_grad_x(module, params, z["x"][:, perm], None, z["cotangent"][:, perm])
   ref.assert_rel_close(out, z["out"][:, perm], TOL, "out")
   ref.assert_rel_close(grad_x, z["grad_x"][:, perm], TOL, "grad_x")

@@ -21,9 +21,10 @@ statement, and marked so):
   `SoftmaxFreeAttentionKernel` ratio > 1 branch, `subtraction_gaussian_kernel_torch`) and
   `SOFT/kernel/inverse.py` (`newton_inv`, `_NewtonInverseKernel`) at d3febc3; re-typed without their
   `.cuda()` calls and CUDA asserts (the module imports the compiled `SOFT._C`). The conv residual
-  (`use_conv`) is off. SOFT works on an H x W grid with a learned strided conv for landmarks; the case uses
-  the averaging kernel (conv = average pooling over r x r blocks), and stores `perm`, the block-major order
-  of the grid positions in which our 1-D segments are the upstream's r x r blocks.
+  (`use_conv`) is off. SOFT works on an H x W grid with a learned strided conv for landmarks: case `conv`
+  keeps its random init, case `pool` sets it to the averaging kernel (average pooling over r x r blocks).
+  Each stores `perm`, the block-major order of the grid positions in which our 1-D blocks of r^2
+  consecutive positions are the upstream's r x r blocks.
 
     /work/venv-torch-b/bin/python tools/upstream_baselines.py [--out_dir tests/data]
 """
@@ -228,7 +229,7 @@ def yoso_case(seed: int = SEED) -> dict:
 # ------------------------------------------------------------------------------------------------- SOFT
 
 
-def soft_case(seed: int = SEED) -> dict:
+def soft_case(average: bool, seed: int = SEED) -> dict:
   torch = _torch()
   from torch import nn
   from torch.autograd import Function
@@ -310,7 +311,8 @@ def soft_case(seed: int = SEED) -> dict:
   g = torch.Generator().manual_seed(seed + 1)
   with torch.no_grad():
     p = dim // heads
-    layer.attn.Qlandmark_op.weight.copy_(torch.eye(p)[:, :, None, None].expand(p, p, r, r) / r**2)  # average pool
+    if average:  # the conv is average pooling over r x r blocks
+      layer.attn.Qlandmark_op.weight.copy_(torch.eye(p)[:, :, None, None].expand(p, p, r, r) / r**2)
     norm = layer.attn.Qnorm_act[0]
     norm.weight.add_(0.2 * torch.randn(norm.weight.shape, generator=g))
     norm.bias.add_(0.2 * torch.randn(norm.bias.shape, generator=g))
@@ -335,7 +337,7 @@ def soft_case(seed: int = SEED) -> dict:
 CASES = {
   "longformer": lambda: {"global": longformer_case(True), "local": longformer_case(False)},
   "yoso": lambda: {"": yoso_case()},
-  "soft": lambda: {"": soft_case()},
+  "soft": lambda: {"pool": soft_case(True), "conv": soft_case(False)},
 }
 
 

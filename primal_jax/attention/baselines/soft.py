@@ -9,9 +9,10 @@ and `SOFT/kernel/inverse.py`):
 
 with S^+ from Newton's iteration V <- 2 V - V P V on P = S + 0.01 I from V_0 = 0.9 * 2 / max_a(sum_b S_ab)^2 P,
 and the upstream's backward through it, -V^T G V^T (as if V were the exact inverse of S). Landmarks: the
-upstream's are a strided conv of the query grid followed by LayerNorm and GELU; here they are the means of
-m contiguous segments of the sequence (average pooling, i.e. the conv with the averaging kernel) followed
-by the same LayerNorm and GELU (or plain means with `landmark_norm=False`).
+upstream's are a strided conv of the query grid followed by LayerNorm and GELU; here (1-D sequences) they
+are by default the means of m contiguous segments (average pooling, i.e. that conv with the averaging
+kernel, at linear cost for a fixed m) or, with `landmarks="conv"`, upstream's learned map of each block of
+positions, each followed by the same LayerNorm and GELU (`landmark_norm=False` drops them).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from flax import linen as nn
 
 from primal_jax.attention.baselines.common import BaselineAttention, compute_dtype, zero_padded
 from primal_jax.attention.baselines.nystromformer import segment_means
-from primal_jax.validation import check_positive
+from primal_jax.initializers import linear_inits
+from primal_jax.validation import check_choice, check_positive
 
 # Upstream's Newton iteration: V_0 = NEWTON_INIT * 2 / max row sum^2 * P, P = S + NEWTON_RIDGE * I.
 NEWTON_INIT = 0.9
 NEWTON_RIDGE = 0.01
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
+LANDMARK_OPS = ("pool", "conv")
 
 
 def gaussian_kernel(x: jax.Array, y: jax.Array) -> jax.Array:
@@ -98,10 +101,16 @@ class SoftAttention(BaselineAttention):
   """ "soft": softmax-free Gaussian-kernel attention with Nystrom landmarks and a Newton pseudo-inverse.
 
   Attributes:
-    num_landmarks: m, landmarks = means of m contiguous segments of the (scaled, padding-zeroed) queries
-      (Nystromformer's segments: any N >= m).
-    landmark_norm: LayerNorm(p) then GELU on the pooled landmarks, as upstream applies after its conv
-      (parameters "landmark_norm" scale/bias [p], shared by the heads); False = plain means.
+    landmarks: how landmarks are made from the (scaled, padding-zeroed) queries: "pool" (default), the
+      means of `num_landmarks` contiguous segments (Nystromformer's segments: any N >= m, linear cost);
+      "conv", upstream's learned operator in 1-D: each block of `conv_block` consecutive positions mapped
+      by a learned [conv_block, p, p] kernel (parameter "landmark_conv", shared by the heads, no bias), so
+      m = N / conv_block (N must be a multiple).
+    num_landmarks: m of "pool".
+    conv_block: positions per landmark of "conv" (upstream's strided Conv2d of ratio r on an H x W grid is
+      this with conv_block = r^2 on the grid in block-major order).
+    landmark_norm: LayerNorm(p) then GELU on the landmarks, as upstream applies after its conv
+      (parameters "landmark_norm" scale/bias [p], shared by the heads); False = none.
     newton_iterations: iterations of the pseudo-inverse (upstream's `max_iter`, 20).
     The rest: see `BaselineAttention` (non-causal only).
 
@@ -110,7 +119,9 @@ class SoftAttention(BaselineAttention):
   means, as Nystromformer's LRA code does, and padded keys add nothing to A^T V); other masks are refused.
   """
 
+  landmarks: str = "pool"
   num_landmarks: int = 64
+  conv_block: int = 4
   landmark_norm: bool = True
   newton_iterations: int = 20
 
@@ -118,7 +129,9 @@ class SoftAttention(BaselineAttention):
   self_attention_only: ClassVar[bool] = True
 
   def validate(self) -> None:
+    check_choice(self.landmarks, LANDMARK_OPS, "landmarks")
     check_positive(self.num_landmarks, "num_landmarks")
+    check_positive(self.conv_block, "conv_block")
     check_positive(self.newton_iterations, "newton_iterations")
     if not isinstance(self.landmark_norm, bool):
       raise ValueError(f"landmark_norm must be a bool, got {self.landmark_norm!r}")
@@ -131,12 +144,24 @@ class SoftAttention(BaselineAttention):
   def attend_heads(self, q, k, v, query_valid, key_valid):
     del k, query_valid  # keys = queries; self-attention: the key padding is the query padding
     dt = compute_dtype(q.dtype)
-    length = q.shape[2]
-    if self.num_landmarks > length:
-      raise ValueError(f"num_landmarks ({self.num_landmarks}) must be <= the sequence length ({length})")
     q = zero_padded(q.astype(dt) * jnp.asarray(q.shape[-1] ** -0.25, dt), key_valid)
-    landmarks = segment_means(q, self.num_landmarks)  # [B, H, m, p]
+    landmarks = self._conv_landmarks(q) if self.landmarks == "conv" else self._pooled_landmarks(q)  # [B, H, m, p]
     if self.landmark_norm:
       norm = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=dt, param_dtype=self.param_dtype, name="landmark_norm")
       landmarks = jax.nn.gelu(norm(landmarks), approximate=False)
     return soft_attention(q, landmarks, v.astype(dt), key_valid, iterations=self.newton_iterations)
+
+  def _pooled_landmarks(self, q):
+    length = q.shape[2]
+    if self.num_landmarks > length:
+      raise ValueError(f"num_landmarks ({self.num_landmarks}) must be <= the sequence length ({length})")
+    return segment_means(q, self.num_landmarks)
+
+  def _conv_landmarks(self, q):
+    batch, heads, length, p = q.shape
+    r = self.conv_block
+    if length % r:
+      raise ValueError(f"landmarks='conv' needs a sequence length divisible by conv_block={r}, got {length}")
+    init, _ = linear_inits(self.init_style, r * p)  # Conv2d's fan-in: p channels x its r x r window
+    kernel = self.param("landmark_conv", init, (r, p, p), self.param_dtype).astype(q.dtype)
+    return jnp.einsum("bhmtp,tpo->bhmo", q.reshape(batch, heads, length // r, r, p), kernel)
