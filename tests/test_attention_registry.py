@@ -117,8 +117,12 @@ def test_every_registered_mechanism_shares_the_projection_layout():
       extra = {"num_landmarks": N, "conv_kernel_size": 3}
     if name == "primal":
       extra = {"low_rank": 2, "num_samples": 4}
+    if name == "soft":
+      extra = {"num_landmarks": N}
     shapes = jax.eval_shape(cls(num_heads=H, **extra).init, jax.random.key(0), x)["params"]
-    expected = {"query", "key", "out"} | (set() if name == "primal" else {"value"})
+    # Primal-Attention has no value projection, SOFT no key projection (its keys are the queries).
+    expected = {"query", "out"} | set(cls.projections)
+    assert {"key", "value"} <= expected or name in ("primal", "soft"), name
     assert expected <= set(shapes), name
     assert nn.unbox(shapes)["query"]["kernel"].shape == (D, H, D // H), name
     assert nn.unbox(shapes)["out"]["kernel"].shape == (H, D // H, D), name

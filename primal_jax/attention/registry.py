@@ -21,8 +21,11 @@ from primal_jax.attention.baselines import (
   CosformerAttention,
   LinearAttention,
   LinformerAttention,
+  LongformerAttention,
   NystromAttention,
   PerformerAttention,
+  SoftAttention,
+  YosoAttention,
 )
 from primal_jax.attention.gpt2 import GPT2Attention
 from primal_jax.attention.primal import PrimalAttention
@@ -41,6 +44,10 @@ _ATTENTIONS: dict[str, type[AttentionShell]] = {
   "linformer": LinformerAttention,
   "nystromformer": NystromAttention,
   "cosformer": CosformerAttention,
+  # Non-release baselines of the paper's tables, against their authors' code (tools/upstream_baselines.py).
+  "longformer": LongformerAttention,
+  "yoso_e": YosoAttention,
+  "soft": SoftAttention,
 }
 ATTENTIONS = types.MappingProxyType(_ATTENTIONS)  # read-only view; extend with `register_attention`
 

@@ -13,6 +13,7 @@ from primal_jax.attention.baselines.linear import (
   linear_attention,
 )
 from primal_jax.attention.baselines.linformer import LinformerAttention, linformer_attention
+from primal_jax.attention.baselines.longformer import LongformerAttention, longformer_attention
 from primal_jax.attention.baselines.nystromformer import (
   NystromAttention,
   depthwise_sequence_conv,
@@ -26,8 +27,19 @@ from primal_jax.attention.baselines.performer import (
   orthogonal_random_features,
   performer_attention,
 )
+from primal_jax.attention.baselines.soft import SoftAttention, gaussian_kernel, newton_inverse, soft_attention
+from primal_jax.attention.baselines.yoso import YosoAttention, collision_probability, yoso_expectation
 
 __all__ = [
+  "yoso_expectation",
+  "collision_probability",
+  "YosoAttention",
+  "soft_attention",
+  "newton_inverse",
+  "gaussian_kernel",
+  "SoftAttention",
+  "longformer_attention",
+  "LongformerAttention",
   "BaselineAttention",
   "CosformerAttention",
   "LinearAttention",
