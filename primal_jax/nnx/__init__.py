@@ -13,11 +13,13 @@
 
 from primal_jax.nnx.convert import from_linen, linen_variables, load_linen_variables, through_nnx, to_linen
 from primal_jax.nnx.ksvd import KSVDVariable, ksvd_loss, ksvd_loss_per_sample, ksvd_regularizer, layer_terms
+from primal_jax.nnx.lm import CausalLM
 from primal_jax.nnx.registry import PrimalAttention, SoftmaxAttention, get_attention, nnx_class
 from primal_jax.nnx.shell import Attention
 
 __all__ = [
   "Attention",
+  "CausalLM",
   "KSVDVariable",
   "PrimalAttention",
   "SoftmaxAttention",

@@ -285,7 +285,7 @@ class Attention(nnx.Module):
     """
     layer = self.linen_layer(causal=True, decode=True)
     x = jnp.zeros(tuple(input_shape), dtype)
-    _, created = layer.apply({"params": self.params_tree()}, x, mutable=["cache"])
+    _, created = layer.apply({"params": self.params_tree()}, x, deterministic=True, mutable=["cache"])
     self.cache = to_variables(created["cache"], nnx.Cache)
 
   def set_view(self, deterministic=None, decode=None, batch_size=None, max_length=None):
