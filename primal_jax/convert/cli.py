@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from primal_jax.convert.cases import load_case, relative_errors, run_case
+from primal_jax.convert.cases import FRONTENDS, load_case, relative_errors, run_case
 
 DEFAULT_TOLERANCE = 1e-4
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -26,16 +26,17 @@ EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 INPUT_ERRORS = (OSError, ValueError, KeyError)
 
 
-def verify(path: str, tolerance: float, out=None) -> bool:
+def verify(path: str, tolerance: float, out=None, frontend: str = "linen") -> bool:
   out = sys.stdout if out is None else out
   case = load_case(path)
-  errors = relative_errors(case, run_case(case))
+  errors = relative_errors(case, run_case(case, frontend))
   if not errors:
     print(f"{case.name}: no output could be computed", file=out)
     return False
   missing = sorted(set(case.outputs) - set(errors))
   width = max(len(k) for k in errors)
-  print(f"{case.name} ({case.meta['torch_module']['class']})", file=out)
+  through = "" if frontend == "linen" else f", through the {frontend} layers"
+  print(f"{case.name} ({case.meta['torch_module']['class']}{through})", file=out)
   for key, err in errors.items():
     print(f"  {key:<{width}}  max rel err {err:.3e}  {'ok' if err <= tolerance else 'FAIL'}", file=out)
   for key in missing:
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
   v = sub.add_parser("verify", help="check reference cases against the PyTorch release's golden outputs")
   v.add_argument("cases", nargs="+", help="<case>.npz files (with <case>.json beside them)")
   v.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="max relative error per output")
+  v.add_argument(
+    "--frontend", choices=FRONTENDS, default="linen", help="run the attention layers as Linen or NNX (primal_jax.nnx)"
+  )
   t = sub.add_parser("timm", help="convert a timm ViT/DeiT checkpoint into an orbax params checkpoint")
   t.add_argument("checkpoint", help="a .pth/.pt/.bin (needs torch), .safetensors or .npz state_dict")
   t.add_argument("out_dir", help="new directory for the orbax checkpoint (step 0) and vit_model.json")
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
   ok, bad_input = True, False
   for path in args.cases:
     try:
-      ok &= verify(path, args.tolerance)
+      ok &= verify(path, args.tolerance, frontend=args.frontend)
     except INPUT_ERRORS as err:
       print(f"{path}: error: {_one_line(err)}", file=sys.stderr)
       bad_input = True

@@ -97,11 +97,22 @@ def through_nnx():
   Yields a `Substitutions` counter.
   """
   done = Substitutions()
+  inside = []  # the NNX layer applies its Linen class: those calls are not intercepted again
 
   def interceptor(next_fun, args, kwargs, context):
     module = context.module
-    if not isinstance(module, AttentionShell) or context.method_name != "__call__" or module.is_initializing():
+    skip = inside or not isinstance(module, AttentionShell) or context.method_name != "__call__"
+    if skip or module.is_initializing():
       return next_fun(*args, **kwargs)
+    inside.append(module)
+    try:
+      return _through(module, args, kwargs)
+    finally:
+      inside.pop()
+
+  def _through(module, args, kwargs):
+    if module.decode:
+      raise ValueError("through_nnx runs full-sequence attention calls; decode with the NNX layers themselves")
     kwargs = dict(kwargs)
     inputs_q, *rest = args
     kv = kwargs.pop("inputs_kv", None)
