@@ -1,4 +1,4 @@
-"""Flax NNX front end: every registered attention as a drop-in for `nnx.MultiHeadAttention`.
+"""Flax NNX front end: every registered attention as a drop-in for `nnx.MultiHeadAttention`::
 
     from flax import nnx
     import primal_jax.nnx as pnnx
