@@ -118,7 +118,8 @@ def test_primal_decoding_state_is_constant_in_the_context():
   assert sizes[0] == sizes[1] == B * (2 * D + 1)  # sum_q, sum_k [B, H, p] and the count [B]
   soft, _, _ = layer_pair("softmax", causal=True)
   soft.init_cache((B, 512, D))
-  assert pnnx.linen_variables(soft)["cache"]["cached_key"].shape[1] == 512
+  cache = jax.tree_util.tree_leaves(pnnx.linen_variables(soft)["cache"])
+  assert sum(v.size for v in cache) >= 2 * B * 512 * D  # every key and value, whatever the cache's layout
 
 
 def test_rules_are_the_linen_rules():
@@ -202,3 +203,32 @@ def test_a_mechanism_registered_later_gets_an_nnx_class():
     assert module.scale == 0.25
   finally:
     unregister_attention("halved_test")
+
+
+def test_partitioning_metadata_of_the_nnx_constructor():
+  """kernel_metadata / out_kernel_metadata and nnx.with_partitioning initialisers annotate the projections,
+  as in nnx.MultiHeadAttention; the mechanism's own parameters keep the Linen names."""
+  layer = pnnx.PrimalAttention(
+    num_heads=H,
+    in_features=D,
+    kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, "model", None)),
+    out_kernel_metadata={"out_sharding": ("model", None, None)},
+    rngs=nnx.Rngs(0),
+    **options("primal"),
+  )
+  names = {k: getattr(layer, k)["kernel"].get_metadata()["out_sharding"] for k in ("query", "key", "out")}
+  assert names == {"query": (None, "model", None), "key": (None, "model", None), "out": ("model", None, None)}
+  assert layer.query["bias"].get_metadata()["out_sharding"] == ("heads", "kv")
+  assert layer.We.get_metadata()["out_sharding"] == ("heads", None, "rank")
+  assert layer.combine["kernel"].get_metadata()["out_sharding"] == ("rank2", "kv")
+  reference = pnnx.PrimalAttention(num_heads=H, in_features=D, rngs=nnx.Rngs(0), **options("primal"))
+  np.testing.assert_array_equal(layer.query["kernel"].get_value(), reference.query["kernel"].get_value())
+
+
+def test_set_view_creates_the_cache_for_decoding():
+  layer, _, _ = layer_pair("primal", causal=True)
+  x = inputs()
+  full = layer(x)
+  view = nnx.view(layer, decode=True, batch_size=B, max_length=N)
+  assert view.decode and view.cache is not None
+  np.testing.assert_allclose(jnp.concatenate([view(x[:, i : i + 1]) for i in range(N)], 1), full, atol=1e-6)

@@ -129,6 +129,8 @@ class Attention(nnx.Module):
     self.out_features = out_features if out_features is not None else in_features
     self.dtype, self.param_dtype, self.dropout_rate = dtype, param_dtype, dropout_rate
     self.deterministic, self.decode, self.causal = deterministic, decode, causal
+    wrapped: dict[str, dict] = {}  # metadata that nnx.with_partitioning-style initialisers attach
+    kernel_init, bias_init = _plain(kernel_init, wrapped, "kernel"), _plain(bias_init, wrapped, "bias")
     fields = dict(
       num_heads=num_heads,
       qkv_features=qkv_features,
@@ -152,9 +154,9 @@ class Attention(nnx.Module):
     def override(path, found):
       extra = {}
       if len(path) == 2 and path[0] in PROJECTIONS:
-        extra = metadata.get(path[1], {})
+        extra = {**wrapped.get(path[1], {}), **metadata.get(path[1], {})}
       elif len(path) == 2 and path[0] == "out":
-        extra = out_metadata.get(path[1], {})
+        extra = {**wrapped.get(path[1], {}), **out_metadata.get(path[1], {})}
       return {**found, **extra}
 
     params = to_variables(variables["params"], nnx.Param, override)
@@ -299,6 +301,22 @@ class Attention(nnx.Module):
           raise TypeError("'batch_size' and 'max_length' must be provided when initializing the cache")
         batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
         self.init_cache((*batch, max_length, self.in_features), self.dtype or jnp.float32)
+
+
+def _plain(init, found: dict, key: str):
+  """`init` returning plain arrays: metadata an `nnx.with_partitioning` / `nnx.with_metadata` initialiser
+  attaches is kept in `found[key]` (and given to the projections' Variables, as nnx.MultiHeadAttention does)."""
+  if init is None:
+    return None
+
+  def plain(*args, **kwargs):
+    value = init(*args, **kwargs)
+    if isinstance(value, nnx.VariableMetadata):
+      found[key] = dict(value.metadata)
+      return value.raw_value
+    return value
+
+  return plain
 
 
 def _flat_sown(tree, prefix=()):
