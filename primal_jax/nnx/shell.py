@@ -62,21 +62,23 @@ def _first(*values, default=None):
 class Attention(nnx.Module):
   """A registered attention mechanism as an NNX layer (subclasses set `linen_class`).
 
+  `num_heads`, `in_features`, `qkv_features`, `out_features`, `in_kv_features`, `dtype`, `param_dtype`,
+  `broadcast_dropout`, `dropout_rate`, `deterministic`, `precision`, `kernel_init`, `bias_init`, `use_bias`,
+  `decode`, `rngs` and `keep_rngs` are those of `nnx.MultiHeadAttention` (`kernel_init` / `bias_init` None:
+  the mechanism's `init_style` default, which for "flax" is nnx's lecun-normal / zeros). `num_kv_heads` may
+  only be `num_heads` (no grouped-query form). `kernel_metadata`, `bias_metadata`, `out_kernel_metadata`
+  and `out_bias_metadata` (and `nnx.with_partitioning` initialisers) give extra Variable metadata to the
+  query/key/value and output projections, e.g. `{"out_sharding": (...)}` in place of the logical names
+  ("embed", "heads", "kv") the Linen layer gives them.
+
   Args:
-    num_heads, in_features, qkv_features, out_features, in_kv_features, dtype, param_dtype,
-      broadcast_dropout, dropout_rate, deterministic, precision, kernel_init, bias_init, use_bias,
-      decode, rngs, keep_rngs: as `nnx.MultiHeadAttention` (`kernel_init` / `bias_init` None: the
-      mechanism's `init_style` default, which for "flax" is nnx's lecun-normal / zeros).
-    num_kv_heads: only `num_heads` (no grouped-query form).
-    kernel_metadata, bias_metadata, out_kernel_metadata, out_bias_metadata: extra Variable metadata of the
-      query/key/value and output projections (e.g. `{"out_sharding": (...)}` replaces the logical names
-      ("embed", "heads", "kv") the Linen layer gives them).
-    causal: the default of the call's `is_causal` (a causal layer of a decoder block that passes a causal
-      mask, as `nnx.MultiHeadAttention` decoders do).
+    causal: the default of the call's `is_causal` (for the causal layer of a decoder block that passes a
+      causal mask, as `nnx.MultiHeadAttention` decoders do).
     init_length: the sequence length of the example input that initialises the parameters (default: the
       first of 1 and the layer's integer options that the mechanism accepts, e.g. Nystromformer's
       `num_landmarks`); no parameter depends on it.
-    **options: the mechanism's own options (the Linen class's attributes, e.g. `low_rank`, `init_style`).
+    options: the mechanism's own options (the Linen class's attributes, e.g. `low_rank`, `init_style`).
+
   Raises:
     ValueError: an option the mechanism does not have, an nnx argument it cannot honour, or what the Linen
       layer refuses for these options (checked at construction on an example input).
