@@ -297,9 +297,9 @@ def test_verify_runs_at_the_precision_it_is_given(monkeypatch, flag, expected):
   seen = []
   real_run_case = convert_cases.run_case
 
-  def recording_run_case(case):
+  def recording_run_case(case, *args, **kwargs):
     seen.append(jax.config.jax_default_matmul_precision)
-    return real_run_case(case)
+    return real_run_case(case, *args, **kwargs)
 
   monkeypatch.setattr(cli, "run_case", recording_run_case)
   with jax.default_matmul_precision(None):
