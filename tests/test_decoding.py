@@ -194,3 +194,30 @@ def test_softmax_decode_step_reads_the_cache_in_place(batch):
   growth = temps[32768] - temps[1024]
   assert growth <= 2 * 2 * score_row * (32768 - 1024) * 1.05, (temps, caches)  # <= 2 score rows per layer
   assert caches[32768] - caches[1024] >= 8 * growth  # the caches grew by far more
+
+
+@pytest.mark.parametrize("layers", [("softmax", "primal"), ("primal", "primal"), ("softmax", "softmax")])
+def test_greedy_decode_loop_is_the_argmax_of_the_full_forward(layers):
+  """lm.greedy_decode (one lax.scan, cache donated) continues a prefilled prompt as the full forward's argmax."""
+  from primal_jax.models.config import TransformerConfig
+  from primal_jax.models.lm import CausalLM, decode_step, greedy_decode, init_cache
+
+  config = TransformerConfig(
+    layers=layers, attention={"primal": {"low_rank": 3, "data_dependent": False}}, vocab_size=16, max_len=20,
+    dim=16, hidden_dim=32, num_heads=2, num_classes=16,
+  )  # fmt: skip
+  model = CausalLM(config)
+  params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 20), jnp.int32))["params"])
+  leaves, tree = jax.tree.flatten(params)  # larger weights: a continuation that depends on the context
+  keys = jax.random.split(jax.random.key(5), len(leaves))
+  noise = [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
+  params = jax.tree.unflatten(tree, noise)
+  prompt = jnp.asarray([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], jnp.int32)
+  _, cache = decode_step(model, params, init_cache(model, 2), prompt[:, :-1])
+  loop = jax.jit(functools.partial(greedy_decode, model, steps=8), donate_argnums=1)
+  new, cache = loop(params, cache, prompt[:, -1:])
+  assert new.shape == (2, 8) and int(cache["position"]) == 12  # 4 prefilled + 8 fed
+  sequence = jnp.concatenate([prompt, new], axis=1)
+  predicted = np.asarray(jnp.argmax(model.apply({"params": params}, sequence), -1))  # position t predicts t + 1
+  np.testing.assert_array_equal(predicted[:, 4:-1], np.asarray(new))
+  assert len(set(np.asarray(new).ravel().tolist())) > 1
