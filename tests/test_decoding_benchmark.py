@@ -14,7 +14,6 @@ import pytest
 from benchmarks import decoding
 from primal_jax.models.lm import decode_step, init_cache
 
-
 EXTRAS = ["--prefill_context=20", "--e2e_prompt=12", "--e2e_new=3", "--scaling_batches=1,2", "--scaling_context=24"]
 NO_EXTRAS = ["--prefill_context=0", "--e2e_prompt=0", "--scaling_batches="]
 
