@@ -10,7 +10,8 @@ non-empty folder is refused, records are never overwritten):
   (in-place triad over `--triad_elements` float32 elements, on a GPU its HBM) and the matmul peak measured in
   this process in float32 and bfloat16 (the roofline references of both benchmarks);
 - `decoding/`: `benchmarks.decoding` (Primal state vs the softmax KV cache per token, the roofline, prefill,
-  end-to-end generation, batch scaling), softmax layers through `jax.nn.dot_product_attention` on a GPU;
+  end-to-end generation, batch scaling); on an accelerator also `decoding_dpa/`, the same with the softmax
+  layers through `jax.nn.dot_product_attention` (cuDNN where it applies);
 - `efficiency_float32/`, `efficiency_bfloat16/`: `benchmarks.efficiency`'s training step for `softmax_dpa`
   (softmax with `impl="dot_product_attention"`) against `primalformer`, in each dtype.
 
@@ -79,10 +80,16 @@ def default_out(summary: dict) -> Path:
   return RESULTS / "accelerator" / f"{summary['platform']}_{kind}_{summary['date'][:10]}"
 
 
-def commands(out: Path, size: str, extra_decoding: list[str], extra_efficiency: list[str]) -> list[list[str]]:
-  """The benchmark processes to run, in order: the decoding benchmark, then the efficiency one per dtype."""
+def commands(
+  out: Path, size: str, extra_decoding: list[str], extra_efficiency: list[str], platform: str = "cpu"
+) -> list[list[str]]:
+  """The benchmark processes to run, in order: the decoding benchmark (on an accelerator a second time with the
+  softmax layers through jax.nn.dot_product_attention, into decoding_dpa/), then the efficiency one per dtype."""
   decoding_args, efficiency_args = SIZES[size]
-  runs = [[sys.executable, "-m", "benchmarks.decoding", *decoding_args, *extra_decoding, f"--out={out / 'decoding'}"]]
+  decoding = [sys.executable, "-m", "benchmarks.decoding", *decoding_args, *extra_decoding]
+  runs = [[*decoding, f"--out={out / 'decoding'}"]]
+  if platform != "cpu":
+    runs.append([*decoding, "--softmax_impl=dot_product_attention", f"--out={out / 'decoding_dpa'}"])
   for dtype in DTYPES:
     runs.append([
       sys.executable, "-m", "benchmarks.efficiency", "--variants=softmax_dpa,primalformer", *efficiency_args,
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
   if out.exists() and any(out.iterdir()):
     print(f"error: {out} already holds files; records are never overwritten: pass --out", file=sys.stderr)
     return 2
-  runs = commands(out, "quick" if args.quick else "full", args.decoding, args.efficiency)
+  runs = commands(out, "quick" if args.quick else "full", args.decoding, args.efficiency, summary["platform"])
   peaks = ", ".join(f"{k} {v['flops_per_s'] / 1e12:.2f} TFLOP/s" for k, v in summary["matmul_peak"].items())
   print(f"{summary['device_kind']} ({summary['platform']}): triad {summary['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
         f"matmul peak {peaks}", flush=True)  # fmt: skip

@@ -29,6 +29,9 @@ def test_commands_run_decoding_then_efficiency_in_both_dtypes(tmp_path):
   for run, dtype in zip(runs[1:], accelerator.DTYPES, strict=True):
     assert "--variants=softmax_dpa,primalformer" in run and f"--set=model.dtype={dtype}" in run and "--no-rss" in run
     assert run[-1] == f"--out={tmp_path / f'efficiency_{dtype}'}"
+  gpu = accelerator.commands(tmp_path, "full", [], [], platform="gpu")
+  assert [run[-1] for run in gpu[:2]] == [f"--out={tmp_path / 'decoding'}", f"--out={tmp_path / 'decoding_dpa'}"]
+  assert "--softmax_impl=dot_product_attention" in gpu[1] and len(gpu) == 4
 
 
 def test_an_existing_record_folder_is_refused(tmp_path, capsys):
