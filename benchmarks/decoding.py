@@ -12,6 +12,15 @@ timed (the last one at position c - 2); repeats are interleaved across the model
 as seconds per token and its ratio to the KV cache, with the state's size in bytes and XLA's temporary memory
 of the compiled step (`memory_analysis`). The machine is shared and noisy: compare the rows of one run.
 
+Each timed run is one compiled loop of `--steps` greedy steps (`lm.greedy_decode`, cache donated): what is timed
+is the step itself, not Python's dispatch of it. The same process measures the memory bandwidth (an in-place
+triad, `harness.triad_bandwidth`) and the matmul peak, and each record gets its roofline: the bytes one step must
+read (the weights it multiplies by, plus the whole decoding state: a softmax layer reads its `max_len` cache
+under a mask), the time that takes at the measured bandwidth, and the fraction of that bound the step reaches.
+Separate tables (`benchmarks.decoding_extras`): the chunked prefill's FLOP rate against the matmul peak,
+end-to-end `generate` tokens/s (a `--e2e_prompt` prompt and `--e2e_new` new tokens) and tokens/s against the
+batch size (`--scaling_batches` at `--scaling_context`).
+
 `--fill=synthetic` (the default) writes random keys, values and running sums and sets the positions, instead of
 running the model over c random tokens (`--fill=prefill`, in chunks of `--prefill_chunk`): a decode step's work
 does not depend on what the state holds (softmax attends over the whole `max_len` cache under a mask), and the
@@ -31,11 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from benchmarks import harness
+from benchmarks import harness, process_load
 from primal_jax.models.config import TransformerConfig
-from primal_jax.models.lm import CausalLM, decode_step, init_cache
+from primal_jax.models.lm import CausalLM, decode_step, greedy_decode, init_cache
 
 VARIANTS = ("softmax_kv_cache", "primal_plus", "primal_state")
+SOFTMAX_IMPLS = ("einsum", "dot_product_attention")  # SoftmaxAttention.impl of the softmax layers
 PLOT_METRICS = (
   ("ms_per_token", "ms per decoded token", 1.0),
   ("state_bytes", "decoding state (MiB)", harness.MIB),
@@ -51,11 +61,27 @@ def layer_kinds(variant: str, layers: int) -> tuple[str, ...]:
   return ("softmax",) * (layers - 1) + ("primal",) if variant == "primal_plus" else ("primal",) * layers
 
 
+def weight_bytes(params, batch: int) -> int:
+  """Bytes of the weights one decode step reads: every parameter, except that an embedding table is read only at
+  the B looked-up rows (the position table alone is max_len rows)."""
+  total = 0
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    names = jax.tree_util.keystr(path)
+    if "['embed']" in names:
+      total += batch * leaf.shape[-1] * leaf.dtype.itemsize
+    else:
+      total += leaf.size * leaf.dtype.itemsize
+  return total
+
+
 def build(variant: str, context: int, args) -> tuple[CausalLM, dict]:
   """The model of `variant` with a `context`-position cache, and its (random) parameters."""
   config = TransformerConfig(
     layers=layer_kinds(variant, args.layers),
-    attention={"primal": {"low_rank": args.low_rank, "data_dependent": False}},
+    attention={
+      "primal": {"low_rank": args.low_rank, "data_dependent": False},
+      "softmax": {"impl": getattr(args, "softmax_impl", "einsum")},
+    },
     vocab_size=256, max_len=context, dim=args.dim, hidden_dim=4 * args.dim, num_heads=args.heads, num_classes=256,
   )  # fmt: skip
   model = CausalLM(config)
@@ -79,8 +105,8 @@ def synthetic_cache(cache: dict, position: int, seed: int = 0) -> dict:
 
 
 def prepared_runner(variant: str, context: int, batch: int, args):
-  """(runner returning seconds per token, state bytes, XLA temporary bytes of the step): the model's cache
-  filled to c - steps - 1 positions."""
+  """(runner returning seconds per token, sizes): the model's cache filled to c - steps - 1 positions; sizes holds
+  the state's bytes, XLA's temporary bytes of one compiled step and the bytes a step must read."""
   model, params = build(variant, context, args)
   step = jax.jit(lambda p, c, t: decode_step(model, p, c, t))
 
@@ -89,6 +115,7 @@ def prepared_runner(variant: str, context: int, batch: int, args):
     logits, c = decode_step(model, p, c, t)
     return jnp.argmax(logits[:, -1:], axis=-1).astype(jnp.int32), c
 
+  loop = jax.jit(functools.partial(greedy_decode, model, steps=args.steps), donate_argnums=1)
   cache = init_cache(model, batch)
   state_bytes = sum(int(x.nbytes) for x in jax.tree.leaves(cache))
   prefill = context - args.steps - 1
@@ -101,19 +128,36 @@ def prepared_runner(variant: str, context: int, batch: int, args):
       _, cache = step(params, cache, jnp.asarray(tokens))
   token = jnp.zeros((batch, 1), jnp.int32)
   memory = greedy_step.lower(params, cache, token).compile().memory_analysis()
-  temp_bytes = None if memory is None else int(memory.temp_size_in_bytes)
+  sizes = {
+    "state_bytes": state_bytes,
+    "xla_temp_bytes": None if memory is None else int(memory.temp_size_in_bytes),
+    "weight_bytes": weight_bytes(params, batch),
+  }
+  sizes["bytes_per_step"] = sizes["weight_bytes"] + state_bytes
 
   def run() -> float:
-    c, tok = jax.tree.map(jnp.copy, cache), token  # a fresh copy each time: the steps consume (donate) theirs
+    c = jax.tree.map(jnp.copy, cache)  # a fresh copy each time: the loop consumes (donates) its own
     jax.block_until_ready(c)
     start = time.perf_counter()
-    for _ in range(args.steps):
-      tok, c = greedy_step(params, c, tok)
-    jax.block_until_ready(tok)
+    jax.block_until_ready(loop(params, c, token))
     return (time.perf_counter() - start) / args.steps
 
   run()  # compile and warm up
-  return run, state_bytes, temp_bytes
+  return run, sizes
+
+
+def measure_rates(args) -> dict:
+  """The roofline's references, measured in this process: in-place triad bandwidth and the matmul peak."""
+  device = jax.devices()[0]
+  peak_size = args.peak_size or (4096 if device.platform != "cpu" else 2048)
+  return {
+    "bandwidth_bytes_per_s": harness.triad_bandwidth(args.triad_elements, in_place=True),
+    "matmul_peak": harness.measure_matmul_peak(peak_size, device=device),
+  }
+
+
+def _ints(text: str) -> list[int]:
+  return [int(x) for x in text.split(",") if x.strip()]
 
 
 def _flag(value) -> str:
@@ -121,29 +165,48 @@ def _flag(value) -> str:
 
 
 def measure(args) -> dict:
+  rates = measure_rates(args)
   records = []
   for batch in args.batch:
     for context in args.contexts:
       runners, sizes = {}, {}
       for variant in VARIANTS:
-        runner, state, temp = prepared_runner(variant, context, batch, args)
-        runners[variant], sizes[variant] = runner, (state, temp)
+        runners[variant], sizes[variant] = prepared_runner(variant, context, batch, args)
       times = harness.interleaved_timings(runners, args.repeats)
       for variant in VARIANTS:
-        seconds, (state, temp) = statistics.median(times[variant]), sizes[variant]
+        seconds = statistics.median(times[variant])
         records.append({
           "variant": f"{variant} B={batch}", "model": variant, "batch": batch, "seq_len": context,
-          "ms_per_token": 1e3 * seconds, "state_bytes": state, "xla_temp_bytes": temp,
+          "ms_per_token": 1e3 * seconds, **sizes[variant],
         })  # fmt: skip
-        print(f"B={batch} context {context:>6}  {variant:<17} {1e3 * seconds:9.3f} ms/token  state {state:>14,} bytes")
+        print(f"B={batch} context {context:>6}  {variant:<17} {1e3 * seconds:9.3f} ms/token  "
+              f"state {sizes[variant]['state_bytes']:>14,} bytes", flush=True)  # fmt: skip
+  end_bandwidth = harness.triad_bandwidth(args.triad_elements, in_place=True)
+  bandwidth = max(rates["bandwidth_bytes_per_s"], end_bandwidth)  # the better of the two: a bound, not a typical rate
+  for record in records:
+    bound = record["bytes_per_step"] / bandwidth
+    record["bound_ms"] = 1e3 * bound
+    record["bound_fraction"] = record["bound_ms"] / record["ms_per_token"]
+  device = jax.devices()[0]
   meta = {
     "devices": str(jax.devices()),
+    "platform": device.platform,
+    "device_kind": device.device_kind,
+    "git_commit": process_load.git_commit(),
     "config": {k: v for k, v in vars(args).items() if k != "out"},
+    "softmax_impl": args.softmax_impl,
     "date": time.strftime("%Y-%m-%d"),
     "command": "python -m benchmarks.decoding "
     + " ".join(f"--{k}={_flag(v)}" for k, v in vars(args).items() if k != "out"),
+    "bandwidth_bytes_per_s": bandwidth,
+    "bandwidth_start_end": [rates["bandwidth_bytes_per_s"], end_bandwidth],
+    "matmul_peak": rates["matmul_peak"],
   }
-  return {"meta": meta, "records": records}
+  results = {"meta": meta, "records": records}
+  from benchmarks import decoding_extras
+
+  decoding_extras.measure_extras(results, args)
+  return results
 
 
 def markdown(results: dict) -> str:
@@ -162,25 +225,43 @@ def markdown(results: dict) -> str:
     for path, title, scale in tables:
       table = harness.ratio_table(records, path, reference="softmax_kv_cache", scale=scale, digits=3)
       parts.append(f"{title}, batch {batch}:\n\n{table}")
+  if "bandwidth_bytes_per_s" in meta:  # records with a roofline (older ones have none)
+    from benchmarks import decoding_extras
+
+    parts += decoding_extras.roofline_sections(results)
   return "\n\n".join(parts) + "\n"
 
 
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--contexts", type=lambda s: [int(x) for x in s.split(",")], default=[256, 512, 1024, 2048])
+  parser.add_argument("--contexts", type=_ints, default=[1024, 4096, 16384, 65536])
   parser.add_argument("--layers", type=int, default=4)
   parser.add_argument("--dim", type=int, default=256)
   parser.add_argument("--heads", type=int, default=4)
   parser.add_argument("--low_rank", type=int, default=20)
-  parser.add_argument("--batch", type=lambda s: [int(x) for x in s.split(",")], default=[1], help="e.g. 1,8")
+  parser.add_argument("--batch", type=_ints, default=[1, 8], help="e.g. 1,8")
   parser.add_argument("--fill", choices=["synthetic", "prefill"], default="synthetic")
   parser.add_argument("--steps", type=int, default=16)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--prefill_chunk", type=int, default=256)
+  parser.add_argument(
+    "--softmax_impl", choices=SOFTMAX_IMPLS, default="einsum",
+    help="the softmax layers' impl: einsum (matrix-vector products on the cache's own layout) or "
+    "dot_product_attention (jax.nn.dot_product_attention on a transposed view of it: cuDNN on a GPU where it applies)",
+  )  # fmt: skip
+  parser.add_argument("--triad_elements", type=int, default=2**24, help="float32 elements per triad array")
+  parser.add_argument("--peak_size", type=int, default=0, help="matmul peak size (0: 4096 on GPU/TPU, 2048 on CPU)")
+  parser.add_argument("--prefill_context", type=int, default=1024, help="tokens prefilled (0: no prefill table)")
+  parser.add_argument("--e2e_prompt", type=int, default=1024, help="generate(): prompt length (0: no such table)")
+  parser.add_argument("--e2e_new", type=int, default=256, help="generate(): new tokens")
+  parser.add_argument("--scaling_batches", type=_ints, default=[1, 8, 32], help="tokens/s vs batch ('' : none)")
+  parser.add_argument("--scaling_context", type=int, default=1024)
   parser.add_argument("--out", type=Path, default=None)
   args = parser.parse_args(argv)
   if min(args.contexts) <= args.steps + 1:
     parser.error(f"--contexts must all exceed --steps + 1 = {args.steps + 1}")
+  if args.scaling_batches and args.scaling_context <= args.steps + 1:
+    parser.error(f"--scaling_context must exceed --steps + 1 = {args.steps + 1}")
   results = measure(args)
   text = markdown(results)
   print(text)

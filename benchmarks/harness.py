@@ -221,6 +221,28 @@ def measure_matmul_peak(
   }
 
 
+def triad_bandwidth(elements: int, repeats: int = 20, *, in_place: bool = False) -> float:
+  """Best bytes per second of a jitted triad `a * 2 + b` over float32 arrays of `elements` (3 arrays moved).
+
+  `in_place`: `a` is donated and overwritten (a <- 2 a + b, as STREAM does), so no call allocates its output.
+  A fresh output per call costs XLA:CPU a mapping and its first-touch page faults under glibc malloc, which on
+  a busy machine measure the allocator more than the memory; a step that updates donated buffers (a decoding
+  cache) is bounded by the in-place figure.
+  """
+  a, b = jnp.ones((elements,), jnp.float32), jnp.full((elements,), 2.0, jnp.float32)
+  if not in_place:
+    seconds = call_seconds(jax.jit(lambda a, b: a * 2.0 + b), a, b, repeats=repeats)
+  else:
+    triad = jax.jit(lambda a, b: a * 2.0 + b, donate_argnums=0)
+    a = jax.block_until_ready(triad(a, b))  # compile and warm up
+    seconds = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      a = jax.block_until_ready(triad(a, b))
+      seconds.append(time.perf_counter() - start)
+  return 3 * 4 * elements / min(seconds)  # the best repeat: what the memory system can deliver
+
+
 def roofline(flops_per_step: float | None, sec_per_step: float | None, peak_flops_per_s: float | None) -> dict:
   """Achieved FLOP/s of a step and its fraction of the measured matmul peak (None where unknown)."""
   if not flops_per_step or not sec_per_step:

@@ -139,15 +139,10 @@ def summarise(ops: Mapping[str, Op], seconds: Mapping[str, float], peak: float, 
 
 
 def triad_bandwidth(elements: int, repeats: int = 20) -> float:
-  """Best bytes per second of a jitted `a * 2 + b` over float32 arrays of `elements` (3 arrays moved)."""
-  import jax
-  import jax.numpy as jnp
+  """`benchmarks.harness.triad_bandwidth` (imported when called: this module starts without JAX)."""
+  from benchmarks.harness import triad_bandwidth as measure
 
-  from benchmarks.harness import call_seconds
-
-  a, b = jnp.ones((elements,), jnp.float32), jnp.full((elements,), 2.0, jnp.float32)
-  seconds = call_seconds(jax.jit(lambda a, b: a * 2.0 + b), a, b, repeats=repeats)
-  return 3 * 4 * elements / min(seconds)  # the best repeat: what the memory system can deliver
+  return measure(elements, repeats)
 
 
 # The three products of a Dense layer's forward and backward: label -> (einsum spec, its two operands).

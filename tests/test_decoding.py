@@ -1,6 +1,8 @@
 """Incremental decoding: token-by-token outputs equal the full causal forward (SPEC 4)."""
 
 import functools
+import math
+import re
 
 import chex
 import jax
@@ -115,7 +117,7 @@ def test_softmax_decoding_equals_full_causal_forward():
   params = random_params(full, x)
   expected = np.asarray(full.apply({"params": params}, x))
   cache = dec.init(jax.random.key(0), x)["cache"]  # its length is the maximum length
-  chex.assert_shape(cache["cached_key"], (B, N, H, P))
+  chex.assert_shape(cache["cached_key"], (B * H, P, N))  # laid out for the decode contraction
   for chunks in ([1] * N, [5] + [1] * (N - 5)):
     out, final = _decode(dec, params, cache, x, chunks)
     ref.assert_rel_close(out, expected, 1e-5, str(chunks))
@@ -134,3 +136,91 @@ def test_softmax_decode_rejects_mask():
 def test_padding_mask_helper_pads_somewhere():
   """Sanity check of the shared helper used above: it really produces padding."""
   assert not padding_mask(0, 3, N).all()
+
+
+def test_softmax_fused_impl_decoding_equals_full_causal_forward():
+  """impl="dot_product_attention" decodes from the same cache: token by token and prefix + tokens."""
+  full = SoftmaxAttention(num_heads=H, causal=True, impl="dot_product_attention")
+  dec = full.clone(decode=True)
+  x = normal(6, (B, N, D))
+  params = random_params(full, x)
+  expected = np.asarray(SoftmaxAttention(num_heads=H, causal=True).apply({"params": params}, x))
+  cache = dec.init(jax.random.key(0), x)["cache"]
+  for chunks in ([1] * N, [5] + [1] * (N - 5)):
+    out, _ = _decode(dec, params, cache, x, chunks)
+    ref.assert_rel_close(out, expected, 1e-5, str(chunks))
+
+
+def _softmax_lm_step(max_len: int, batch: int, dim: int = 32, heads: int = 2):
+  """The compiled greedy decode step (cache donated) of a 2-layer softmax CausalLM with a `max_len` cache."""
+  from primal_jax.models.config import TransformerConfig
+  from primal_jax.models.lm import CausalLM, decode_step
+
+  config = TransformerConfig(
+    layers=("softmax", "softmax"), vocab_size=256, max_len=max_len, dim=dim, hidden_dim=2 * dim, num_heads=heads,
+    num_classes=256,
+  )  # fmt: skip
+  model = CausalLM(config)
+  tokens = jax.ShapeDtypeStruct((batch, 1), jnp.int32)
+  params = jax.eval_shape(lambda: nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]))
+  cache = jax.eval_shape(
+    lambda: model.clone(decode=True).init(jax.random.key(0), jnp.zeros((batch, max_len), jnp.int32))["cache"]
+  )
+
+  def step(p, c, t):
+    logits, c = decode_step(model, p, c, t)
+    return jnp.argmax(logits[:, -1], axis=-1), c
+
+  return jax.jit(step, donate_argnums=1).lower(params, cache, tokens).compile(), cache
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_softmax_decode_step_reads_the_cache_in_place(batch):
+  """The decode step's XLA temporaries do not grow with the cache: no copy or transpose of the keys and values.
+
+  From 1K to 32K positions they may grow by the step's [B, H, 1, max_len] scores (two rows of float32 per layer),
+  never by a cache: one layer's keys are p = dim / heads times a score row (the old [B, max_len, H, p] layout
+  transposed every layer's keys and values, whose temporaries grew like the cache). The cache is donated: every
+  cache buffer is aliased to an output.
+  """
+  heads, dim = 2, 32
+  temps, caches = {}, {}
+  for max_len in (1024, 8192, 32768):
+    compiled, cache = _softmax_lm_step(max_len, batch, dim, heads)
+    temps[max_len] = compiled.memory_analysis().temp_size_in_bytes
+    caches[max_len] = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+    assert compiled.memory_analysis().alias_size_in_bytes >= caches[max_len] - 64  # position counters aside
+    copies = re.findall(r"= [a-z0-9]+\[([\d,]+)\]\S* (?:copy|transpose)\(", compiled.as_text())
+    largest = max((math.prod(int(d) for d in dims.split(",")) for dims in copies), default=0)
+    assert largest < batch * dim * max_len // 4, largest  # one layer's keys: batch * dim * max_len elements
+  score_row = 4 * batch * heads  # bytes per position of one layer's scores
+  growth = temps[32768] - temps[1024]
+  assert growth <= 2 * 2 * score_row * (32768 - 1024) * 1.05, (temps, caches)  # <= 2 score rows per layer
+  assert caches[32768] - caches[1024] >= 8 * growth  # the caches grew by far more
+
+
+@pytest.mark.parametrize("layers", [("softmax", "primal"), ("primal", "primal"), ("softmax", "softmax")])
+def test_greedy_decode_loop_is_the_argmax_of_the_full_forward(layers):
+  """lm.greedy_decode (one lax.scan, cache donated) continues a prefilled prompt as the full forward's argmax."""
+  from primal_jax.models.config import TransformerConfig
+  from primal_jax.models.lm import CausalLM, decode_step, greedy_decode, init_cache
+
+  config = TransformerConfig(
+    layers=layers, attention={"primal": {"low_rank": 3, "data_dependent": False}}, vocab_size=16, max_len=20,
+    dim=16, hidden_dim=32, num_heads=2, num_classes=16,
+  )  # fmt: skip
+  model = CausalLM(config)
+  params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 20), jnp.int32))["params"])
+  leaves, tree = jax.tree.flatten(params)  # larger weights: a continuation that depends on the context
+  keys = jax.random.split(jax.random.key(5), len(leaves))
+  noise = [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
+  params = jax.tree.unflatten(tree, noise)
+  prompt = jnp.asarray([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], jnp.int32)
+  _, cache = decode_step(model, params, init_cache(model, 2), prompt[:, :-1])
+  loop = jax.jit(functools.partial(greedy_decode, model, steps=8), donate_argnums=1)
+  new, cache = loop(params, cache, prompt[:, -1:])
+  assert new.shape == (2, 8) and int(cache["position"]) == 12  # 4 prefilled + 8 fed
+  sequence = jnp.concatenate([prompt, new], axis=1)
+  predicted = np.asarray(jnp.argmax(model.apply({"params": params}, sequence), -1))  # position t predicts t + 1
+  np.testing.assert_array_equal(predicted[:, 4:-1], np.asarray(new))
+  assert len(set(np.asarray(new).ravel().tolist())) > 1

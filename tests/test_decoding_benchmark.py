@@ -14,11 +14,17 @@ import pytest
 from benchmarks import decoding
 from primal_jax.models.lm import decode_step, init_cache
 
+EXTRAS = ["--prefill_context=20", "--e2e_prompt=12", "--e2e_new=3", "--scaling_batches=1,2", "--scaling_context=24"]
+NO_EXTRAS = ["--prefill_context=0", "--e2e_prompt=0", "--scaling_batches="]
 
-@pytest.mark.parametrize("fill", ["synthetic", "prefill"])
-def test_tiny_run_reports_exact_state_sizes(tmp_path, fill):
+
+@pytest.mark.parametrize(
+  "fill, extras", [pytest.param("synthetic", True, marks=pytest.mark.slow), ("prefill", False)]
+)  # fmt: skip
+def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
   decoding.main(["--contexts=24,48", "--layers=2", "--dim=16", "--heads=2", "--low_rank=3", "--batch=2,3",
-                 "--steps=3", "--repeats=1", "--prefill_chunk=8", f"--fill={fill}", f"--out={tmp_path}"])  # fmt: skip
+                 "--steps=3", "--repeats=1", "--prefill_chunk=8", f"--fill={fill}", f"--out={tmp_path}",
+                 "--triad_elements=4096", "--peak_size=64", *(EXTRAS if extras else NO_EXTRAS)])  # fmt: skip
   results = json.loads((tmp_path / "decoding.json").read_text())
   records = {(r["model"], r["batch"], r["seq_len"]): r for r in results["records"]}
   assert len(records) == 3 * 2 * 2
@@ -34,12 +40,40 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill):
       plus = records["primal_plus", batch, context]["state_bytes"]
       assert plus == (kv - 4) // 2 + 4 + (primal - 4) // 2
       assert all(records[v, batch, context]["ms_per_token"] > 0 for v in decoding.VARIANTS)
-    # XLA's temporaries: the softmax step's grow with the cache, the Primal step's do not and stay below them.
+    # XLA's temporaries: the Primal step's do not grow with the context.
     temps = {v: [records[v, batch, c]["xla_temp_bytes"] for c in (24, 48)] for v in decoding.VARIANTS}
-    assert temps["softmax_kv_cache"][1] > temps["softmax_kv_cache"][0] > temps["primal_state"][0] > 0
-    assert temps["primal_state"][0] == temps["primal_state"][1]
+    assert temps["primal_state"][0] == temps["primal_state"][1] > 0
+    # The roofline: a step reads its weights and its whole state; the bound is those bytes at the bandwidth.
+    for variant in decoding.VARIANTS:
+      for context in (24, 48):
+        r = records[variant, batch, context]
+        assert r["bytes_per_step"] == r["weight_bytes"] + r["state_bytes"]
+        assert r["bound_ms"] == pytest.approx(1e3 * r["bytes_per_step"] / results["meta"]["bandwidth_bytes_per_s"])
+        assert r["bound_fraction"] == pytest.approx(r["bound_ms"] / r["ms_per_token"])
+    # The weights: every parameter but the embedding tables, of which one row per sequence (token and position).
+    args = argparse.Namespace(layers=2, dim=16, heads=2, low_rank=3)
+    for variant in decoding.VARIANTS:
+      params = decoding.build(variant, 48, args)[1]
+      tables = (256 + 48) * 16 * 4
+      total = sum(x.nbytes for x in jax.tree.leaves(params))
+      assert records[variant, batch, 48]["weight_bytes"] == total - tables + batch * 2 * 16 * 4
   text = (tmp_path / "decoding.md").read_text()
   assert text.count("(1.00x)") >= 2 * 3 * 2 and "batch 3" in text and (tmp_path / "decoding.png").stat().st_size > 1000
+  meta = results["meta"]
+  assert meta["platform"] == "cpu" and meta["device_kind"] and meta["softmax_impl"] == "einsum"
+  assert meta["bandwidth_bytes_per_s"] == max(meta["bandwidth_start_end"]) > 0
+  assert meta["matmul_peak"]["flops_per_s"] > 0
+  if not extras:
+    assert not {"prefill", "e2e", "scaling"} & set(results) and "Chunked prefill" not in text
+    return
+  assert [(p["model"], p["tokens"]) for p in results["prefill"]] == [(v, 20) for v in decoding.VARIANTS]
+  assert all(p["flops"] > 0 and p["seconds"] > 0 for p in results["prefill"])
+  assert [(e["model"], e["prompt"], e["new_tokens"]) for e in results["e2e"]] == [(v, 12, 3) for v in decoding.VARIANTS]
+  assert sorted((s["model"], s["batch"]) for s in results["scaling"]) == sorted(
+    (v, b) for v in decoding.VARIANTS for b in (1, 2)
+  )
+  for title in ("Fraction of the bandwidth bound", "Chunked prefill", "End-to-end", "Tokens/s against the batch"):
+    assert title in text
 
 
 def test_synthetic_cache_sets_every_position_counter_as_a_prefill_does():

@@ -76,3 +76,23 @@ def decode_step(model: CausalLM, params, cache, tokens: jax.Array):
       )
   logits, updated = model.clone(decode=True).apply({"params": params, "cache": cache}, tokens, mutable=["cache"])
   return logits, updated["cache"]
+
+
+def greedy_decode(model: CausalLM, params, cache, tokens: jax.Array, steps: int):
+  """Feeds `tokens` [B, 1], then each greedy next token, `steps` times in one `lax.scan`.
+
+  Returns (the `steps` greedy tokens [B, steps], the new cache): token t is the argmax of the logits after
+  feeding token t - 1. One compiled loop, so no per-token dispatch or host round trip; jit it with the cache
+  donated (`donate_argnums`) and a softmax layer's cache is updated in place.
+  """
+  if steps < 1:
+    raise ValueError(f"steps must be >= 1, got {steps}")
+
+  def body(carry, _):
+    token, cache = carry
+    logits, cache = decode_step(model, params, cache, token)
+    token = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)[:, None]  # [B, 1]
+    return (token, cache), token[:, 0]
+
+  (_, cache), out = jax.lax.scan(body, (tokens, cache), length=steps)
+  return out.T, cache
