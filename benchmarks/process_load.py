@@ -116,7 +116,13 @@ def thread_count() -> int | None:
 
 
 def git_commit() -> str | None:
-  """HEAD of the checkout the benchmark runs from (recorded with its results), or None outside git."""
+  """HEAD of the checkout the benchmark runs from (recorded with its results), or None outside git.
+
+  `PRIMAL_JAX_COMMIT` names it instead for a tree copied without its own history (a working tree shipped to an
+  accelerator host, whose `.git`, if any, need not be this tree's).
+  """
+  if os.environ.get("PRIMAL_JAX_COMMIT"):
+    return os.environ["PRIMAL_JAX_COMMIT"]
   try:
     out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_ROOT, capture_output=True, text=True, timeout=10)
   except (OSError, subprocess.TimeoutExpired):

@@ -243,3 +243,16 @@ def test_subprocess_memory_is_parsed_from_the_marker_line(efficiency, monkeypatc
   monkeypatch.setattr(efficiency.subprocess, "run", lambda *a, **k: next(replies))
   assert efficiency.measure_in_subprocess(args, "softmax", 64) == payload
   assert efficiency.measure_in_subprocess(args, "softmax", 64) == {"memory_error": "exit 1: MemoryError: out of memory"}
+
+
+def test_git_commit_is_this_checkouts_head_unless_named(monkeypatch):
+  """Records name the commit they ran; a tree copied without its history (an accelerator host) names it."""
+  import subprocess
+
+  from benchmarks import process_load
+
+  monkeypatch.delenv("PRIMAL_JAX_COMMIT", raising=False)
+  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=process_load._ROOT, capture_output=True, text=True)
+  assert process_load.git_commit() == (head.stdout.strip() or None)
+  monkeypatch.setenv("PRIMAL_JAX_COMMIT", "0123abc")
+  assert process_load.git_commit() == "0123abc"
