@@ -83,6 +83,8 @@ def build(variant: str, context: int, args) -> tuple[CausalLM, dict]:
       "softmax": {"impl": getattr(args, "softmax_impl", "einsum")},
     },
     vocab_size=256, max_len=context, dim=args.dim, hidden_dim=4 * args.dim, num_heads=args.heads, num_classes=256,
+    # Decoding is inference: no dropout (and the fused impl refuses a dropout rate it has no hook for).
+    dropout_rate=0.0, attention_dropout_rate=0.0,
   )  # fmt: skip
   model = CausalLM(config)
   params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])

@@ -93,3 +93,14 @@ def test_synthetic_cache_sets_every_position_counter_as_a_prefill_does():
     assert jax.tree.structure(synthetic) == jax.tree.structure(prefilled)
     others = [leaf for leaf in jax.tree.leaves(synthetic) if leaf.dtype == np.float32 and leaf.ndim > 1]
     assert others and all(float(np.abs(leaf).max()) > 0 for leaf in others)
+
+
+def test_the_fused_softmax_impl_decodes_in_the_benchmark(tmp_path):
+  """`--softmax_impl=dot_product_attention` (the accelerator command's second decoding run) builds and decodes:
+  the benchmark's models carry no dropout, which the fused impl refuses (it failed that way on an H200)."""
+  decoding.main(["--contexts=24", "--layers=2", "--dim=16", "--heads=2", "--low_rank=3", "--batch=1", "--steps=2",
+                 "--repeats=1", "--fill=synthetic", "--softmax_impl=dot_product_attention", f"--out={tmp_path}",
+                 "--triad_elements=4096", "--peak_size=64", *NO_EXTRAS])  # fmt: skip
+  results = json.loads((tmp_path / "decoding.json").read_text())
+  assert results["meta"]["softmax_impl"] == "dot_product_attention"
+  assert {r["model"] for r in results["records"]} == set(decoding.VARIANTS)
