@@ -36,6 +36,11 @@ def _minutes(seconds: float) -> str:
   return f"{seconds / 60:.1f} min"
 
 
+def _per_run(row) -> str:
+  """Mean wall time per counted run; '-' when no run of the row counts (each lacks the protocol's value)."""
+  return _minutes(sum(row.wall_seconds) / row.n) if row.n else "-"
+
+
 def _rows(family: str, table: str, order: Sequence[str] = ()) -> list:
   from experiments.sweeping import stored_rows
 
@@ -68,6 +73,8 @@ def ran_on(family: str, row) -> str:
   for key in row.keys:
     device = run_device(RESULTS / family / "sweep" / "runs" / key)
     counts[device] = counts.get(device, 0) + 1
+  if not counts:  # no run of the row counts
+    return "-"
   return next(iter(counts)) if len(counts) == 1 else ", ".join(f"{d} {n}" for d, n in sorted(counts.items()))
 
 
@@ -84,7 +91,7 @@ def d4rl_sweep(table: str, base: Path) -> str:
     data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
     setting = _setting(labels, ("env", "dataset", "model"), default="release")
     body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
-    body[-1] += [_paper(row), mean_std(row), _minutes(sum(row.wall_seconds) / row.n), ran_on("d4rl", row)]
+    body[-1] += [_paper(row), mean_std(row), _per_run(row), ran_on("d4rl", row)]
   header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
   return markdown_table(header + ["ran on"], body, numeric_from=4)
 
@@ -95,7 +102,7 @@ def vit_sweep(table: str, base: Path) -> str:
   for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("dataset", "model")), _paper(row), mean_std(row)])
-    body[-1] += [_minutes(sum(row.wall_seconds) / row.n), ran_on("vit", row)]
+    body[-1] += [_per_run(row), ran_on("vit", row)]
   header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run", "ran on"]
   return markdown_table(header, body, numeric_from=2)
 
@@ -133,7 +140,7 @@ def lm_sweep(table: str, base: Path) -> str:
   for row in _rows("lm", table, [label for label, _, _ in MODELS]):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
-    body[-1] += [_minutes(sum(row.wall_seconds) / row.n), ran_on("lm", row)]
+    body[-1] += [_per_run(row), ran_on("lm", row)]
   header = ["model", "setting", "paper (WikiText-103 ppl)", "ours (test bits/byte)", "time/run", "ran on"]
   return markdown_table(header, body, numeric_from=2)
 

@@ -27,6 +27,7 @@ import fcntl
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import shlex
@@ -76,6 +77,7 @@ PROTOCOL_TITLE: Mapping[str, str] = types.MappingProxyType(
   }
 )
 RESULT_FILE = "result.json"
+log = logging.getLogger(__name__)
 CHILD_MODULE = "primal_jax.training.cli"  # what `python -m experiments.main` runs
 
 
@@ -155,6 +157,7 @@ class Row:
   planned: int
   wall_seconds: tuple[float, ...]
   keys: tuple[str, ...] = ()  # the runs' directories under runs/ (stored_rows), in seed order
+  unscored: tuple[tuple[str, int], ...] = ()  # (key, seed) of finished runs without the protocol's value
 
   @property
   def n(self) -> int:
@@ -426,19 +429,54 @@ def run_sweep(
       )
       report["ran"].append(planned.key)
       print_fn(f"  done in {wall:.0f}s: " + _result_line(planned, summary))
-  report["rows"] = write_results(sweep, workdir, planned_runs)
+  report["rows"] = write_results(sweep, workdir, planned_runs, print_fn=print_fn)
   return report
 
 
 def summary_value(summary: dict, protocol: str) -> float | None:
   """The number a table shows for a run: test accuracy in %, the D4RL normalised score or test bits per byte
-  (language models), None if missing."""
-  entry = summary.get(PROTOCOL_METRIC[protocol])
-  if entry is None:
+  (language models), None if the summary has no such entry."""
+  entry = summary.get(PROTOCOL_METRIC[protocol]) if isinstance(summary, Mapping) else None
+  if not isinstance(entry, Mapping):
     return None
   if "accuracy" in entry:
     return 100.0 * entry["accuracy"]
-  return float(entry["normalized_score"] if "normalized_score" in entry else entry["bits_per_byte"])
+  for name in ("normalized_score", "bits_per_byte"):
+    if name in entry:
+      return float(entry[name])
+  return None
+
+
+def unscored_line(key: str, cell: Cell, seed: int | str, protocol: str) -> str:
+  """The line that flags a finished run whose summary lacks its protocol's entry (left out of its row)."""
+  labels = " ".join(f"{k}={v}" for k, v in cell.labels)
+  return (
+    f"run {key} ({cell.table} {labels}, seed {seed}, {protocol}) has no `{PROTOCOL_METRIC[protocol]}` in its "
+    f"summary: not counted (see runs/{key}/train.log; delete runs/{key}/{RESULT_FILE} to train it again)"
+  )
+
+
+def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], planned: int, stored: bool) -> Row:
+  """The Row of (key, seed, result) triples: the runs whose summary has the protocol's value, the rest listed in
+  `Row.unscored` (and logged when `stored`: `write_results` names them itself)."""
+  scored, unscored = [], []
+  for key, seed, result in found:
+    value = summary_value(result.get("summary"), protocol)
+    if value is None:
+      if stored:
+        log.warning(unscored_line(key, cell, seed, protocol))
+      unscored.append((key, seed))
+    else:
+      scored.append((key, value, result["wall_seconds"]))
+  return Row(
+    cell,
+    protocol,
+    tuple(value for _, value, _ in scored),
+    planned=planned,
+    wall_seconds=tuple(wall for _, _, wall in scored),
+    keys=tuple(key for key, _, _ in scored) if stored else (),
+    unscored=tuple(unscored),
+  )
 
 
 def _result_line(planned: PlannedRun, summary: dict) -> str:
@@ -459,18 +497,12 @@ def aggregate(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRu
     group = keys.setdefault((run.cell, run.protocol), [])
     if key_of[run] not in group:
       group.append(key_of[run])
+  seeds = {(run.cell, run.protocol, key_of[run]): run.seed for run in sweep.runs}
   rows = []
   for (cell, protocol), group in keys.items():
-    results = [r for r in (read_result(Path(workdir) / "runs" / key) for key in group) if r is not None]
-    rows.append(
-      Row(
-        cell,
-        protocol,
-        tuple(summary_value(r["summary"], protocol) for r in results),
-        planned=len(group),
-        wall_seconds=tuple(r["wall_seconds"] for r in results),
-      )
-    )
+    results = [(key, read_result(Path(workdir) / "runs" / key)) for key in group]
+    found = [(key, seeds[(cell, protocol, key)], r) for key, r in results if r is not None]
+    rows.append(_row(cell, protocol, found, len(group), stored=False))
   return rows
 
 
@@ -491,17 +523,7 @@ def stored_rows(workdir: str | Path) -> list[Row]:
   rows = []
   for (cell, protocol), found in sorted(groups.items(), key=lambda i: (i[0][0].table, i[0][0].labels, i[0][1])):
     found = sorted(found, key=lambda item: item[0])  # by seed
-    results = [result for _, _, result in found]
-    rows.append(
-      Row(
-        cell,
-        protocol,
-        tuple(summary_value(r["summary"], protocol) for r in results),
-        planned=len(results),
-        wall_seconds=tuple(r["wall_seconds"] for r in results),
-        keys=tuple(key for _, key, _ in found),
-      )
-    )
+    rows.append(_row(cell, protocol, [(key, seed, r) for seed, key, r in found], len(found), stored=True))
   return rows
 
 
@@ -544,6 +566,10 @@ def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) 
   )
   if sweep.notes:
     out += ["", sweep.notes]
+  flagged = [(row, entry) for row in rows for entry in row.unscored]
+  if flagged:
+    out += ["", "Finished runs left out of the tables:", ""]
+    out += [f"- {unscored_line(key, row.cell, seed, row.protocol)}" for row, (key, seed) in flagged]
   return "\n".join(out) + "\n"
 
 
@@ -563,11 +589,21 @@ def results_csv(rows: Sequence[Row]) -> str:
   return buffer.getvalue()
 
 
-def write_results(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRun] | None = None) -> list[Row]:
-  """results.md, results.csv and the sweep's plots in `workdir`; returns the rows."""
+def write_results(
+  sweep: Sweep,
+  workdir: str | Path,
+  planned: Mapping[str, PlannedRun] | None = None,
+  *,
+  print_fn: Callable[[str], None] = print,
+) -> list[Row]:
+  """results.md, results.csv and the sweep's plots in `workdir`; returns the rows. A finished run without its
+  protocol's value is left out of its row and named (`unscored_line`) to `print_fn` and in results.md."""
   workdir = Path(workdir)
   planned = plan(sweep.runs) if planned is None else planned
   rows = aggregate(sweep, workdir, planned)
+  for row in rows:
+    for key, seed in row.unscored:
+      print_fn(unscored_line(key, row.cell, seed, row.protocol))
   results = [r for r in (read_result(workdir / "runs" / key) for key in planned) if r is not None]
   (workdir / "results.md").write_text(results_markdown(sweep, rows, [r["wall_seconds"] for r in results]))
   (workdir / "results.csv").write_text(results_csv(rows))

@@ -191,6 +191,32 @@ def test_std_needs_two_seeds(tmp_path):
   assert "| x | 50.0 | 50.0 | 1/2 |" in (tmp_path / "results.md").read_text()
 
 
+def test_a_run_without_its_protocol_metric_is_flagged_and_the_tables_still_written(tmp_path, caplog):
+  """Issue 26, item 6: a finished run whose summary lacks its protocol's entry (here `best_test`) used to make
+  every aggregation fail with a TypeError (no tables again); it is now left out of its row, named in a line of
+  results.md and in the log, and the other runs are aggregated."""
+  cell = Cell("t", (("model", "x"),), paper=50.0)
+  sweep = Sweep(tuple(Run(f"{CONFIG}:smoke", cell, seed=s) for s in range(3)))
+  planned = list(plan(sweep.runs).values())
+  for p, accuracy in zip(planned, (0.5, 0.75, None), strict=True):
+    result = fake_result(p, accuracy, 1.0)
+    if accuracy is None:
+      result["summary"] = {"final": {"step": 2}, "steps": 2}  # no best_test: e.g. a run with test_eval='never'
+    result["runs"] = [{"cell": dataclasses.asdict(cell), "seed": p.runs[0].seed, "protocol": "release"}]
+    (tmp_path / "runs" / p.key).mkdir(parents=True)
+    (tmp_path / "runs" / p.key / RESULT_FILE).write_text(json.dumps(result))
+  lines = []
+  (row,) = write_results(sweep, tmp_path, print_fn=lines.append)
+  assert row.accuracies == (50.0, 75.0) and row.unscored == ((planned[2].key, 2),) and row.planned == 3
+  markdown = (tmp_path / "results.md").read_text()
+  assert "| x | 50.0 | 62.5 ± 17.7 | 2/3 |" in markdown
+  flag = f"run {planned[2].key} (t model=x, seed 2, release) has no `best_test` in its summary: not counted"
+  assert flag in markdown and any(flag in line for line in lines)
+  (stored,) = stored_rows(tmp_path)  # the docs tables' reader: the same row, the run named in the log
+  assert stored.accuracies == (50.0, 75.0) and stored.unscored == ((planned[2].key, 2),)
+  assert flag in caplog.text
+
+
 def test_stored_rows_read_the_cells_each_result_records(tmp_path):
   a, b = Cell("t1", (("model", "x"),), 90.0), Cell("t2", (("eta", "0.5"),))
   for key, seed, cells, accuracy in [("k0", 1, (a, b), 0.5), ("k1", 0, (a,), 0.25), ("k2", 0, (b,), 1.0)]:
