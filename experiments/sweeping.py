@@ -10,7 +10,13 @@ Layout of a sweep directory:
   runs/<hash>/result.json    written atomically when the run has finished; its presence means "done"
   results.md, results.csv    the aggregated tables; plots from `Sweep.plot`
   jax_cache/                 JAX's persistent compilation cache (runs of equal shapes compile once)
-  sweep.lock                 held while a sweep runs here, so two sweeps never share a run
+  sweep.lock                 held while a sweep runs here (sweep.shardIofN.lock for a shard)
+  locks/<hash>.lock          held by the sweep process working on that run, from its check to its result
+
+Two sweeps on one directory (another `--shard` spec, a second terminal) never share a run: a sweep claims a run
+(locks/<hash>.lock) before it looks at its directory, and skips, with one line naming the holder, a run claimed
+by another sweep or whose `run.lock` a live training process holds (`workdir_lock`); it never deletes or resets
+such a run directory.
 
 Why this survives a kill: nothing but `result.json` marks a run as done, so a killed sweep, started again,
 skips every finished run and redoes only the one in progress. That run resumes from its latest checkpoint
@@ -42,8 +48,10 @@ from typing import Any
 
 import numpy as np
 
+from primal_jax.errors import ConfigError
 from primal_jax.launch import host_allocator
 from primal_jax.training.config_args import load_config, load_module
+from primal_jax.training.workdir_lock import WorkdirLock, WorkdirLockedError, lock_holder
 
 # Overrides per protocol. "release": the release's (test evaluated at every epoch, the best reported).
 # "honest": model selected on a stratified 20% of train, test evaluated once on that state.
@@ -77,7 +85,14 @@ PROTOCOL_TITLE: Mapping[str, str] = types.MappingProxyType(
   }
 )
 RESULT_FILE = "result.json"
+CLAIMS = "locks"  # <sweep>/locks/<hash>.lock: a sweep's claim on one run
 log = logging.getLogger(__name__)
+
+
+class SweepLockedError(ConfigError):
+  """Another sweep with the same shard spec is running in the workdir (one line for the CLI)."""
+
+
 CHILD_MODULE = "primal_jax.training.cli"  # what `python -m experiments.main` runs
 
 
@@ -102,7 +117,7 @@ class Run:
 
   def __post_init__(self):
     if self.protocol not in PROTOCOLS:
-      raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+      raise ConfigError(f"{self.cell}: protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
     if isinstance(self.overrides, Mapping):
       object.__setattr__(self, "overrides", tuple(self.overrides.items()))
 
@@ -176,9 +191,12 @@ class Row:
 def load_sweep(spec: str | Path) -> Sweep:
   """The Sweep of `path/to/sweep.py[:arg]`."""
   path, _, arg = str(spec).partition(":")
-  module = load_module(path, kind="sweep")
+  try:
+    module = load_module(path, kind="sweep")
+  except SyntaxError as err:
+    raise ConfigError(f"sweep file {path}, line {err.lineno}: {err.msg}") from err
   if not hasattr(module, "get_sweep"):
-    raise ValueError(f"sweep file {path} defines no get_sweep(arg)")
+    raise ConfigError(f"sweep file {path} defines no get_sweep(arg)")
   return module.get_sweep(arg or None)
 
 
@@ -210,10 +228,10 @@ def _set(config, key: str, value) -> None:
   target = config
   for part in parents:
     if part not in target:
-      raise KeyError(f"override {key!r}: the config has no field {part!r}")
+      raise ConfigError(f"override {key!r}: the config has no field {part!r}")
     target = target[part]
   if leaf not in target:
-    raise KeyError(f"override {key!r}: the config has no field {leaf!r}")
+    raise ConfigError(f"override {key!r}: the config has no field {leaf!r}")
   target[leaf] = value
 
 
@@ -237,7 +255,7 @@ def plan(runs: Iterable[Run]) -> dict[str, PlannedRun]:
       continue
     first = planned[key].runs[0]
     if first.protocol != run.protocol:
-      raise ValueError(f"{run.cell} ({run.protocol}) and {first.cell} ({first.protocol}) resolve to the same config")
+      raise ConfigError(f"{run.cell} ({run.protocol}) and {first.cell} ({first.protocol}) resolve to the same config")
     planned[key].runs.append(run)
   return planned
 
@@ -248,7 +266,7 @@ def _select(planned: Mapping[str, PlannedRun], only: Sequence[str] | None) -> li
   tables = {run.cell.table for p in planned.values() for run in p.runs}
   unknown = sorted(set(only) - tables)
   if unknown:
-    raise ValueError(f"unknown table(s) {unknown}; this sweep has {sorted(tables)}")
+    raise ConfigError(f"unknown table(s) {unknown}; this sweep has {sorted(tables)}")
   return [p for p in planned.values() if any(run.cell.table in only for run in p.runs)]
 
 
@@ -372,8 +390,10 @@ def run_sweep(
     echo: pass every line of every run's output to `print_fn` (always in `runs/<hash>/train.log`).
 
   Returns:
-    {"ran": [keys], "skipped": [keys], "failed": {key: error}, "preempted": bool, "rows": [Row]}.
-    A failed run is reported and the sweep goes on; a SIGTERM stops it after saving the run in progress.
+    {"ran": [keys], "skipped": [keys], "busy": {key: holder}, "failed": {key: error}, "preempted": bool,
+    "rows": [Row]}. A failed run is reported and the sweep goes on; a SIGTERM stops it after saving the run in
+    progress. A run in use by another process (another sweep's claim, or a live `run.lock`) is "busy": left
+    alone, never deleted or reset.
   """
   if mode not in ("inline", "subprocess", "aggregate"):
     raise ValueError(f"mode must be inline, subprocess or aggregate, got {mode!r}")
@@ -384,53 +404,96 @@ def run_sweep(
   if not (isinstance(count, int) and isinstance(index, int) and count >= 1 and 0 <= index < count):
     raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
   todo = _select(planned_runs, only)[index::count]
-  report = {"ran": [], "skipped": [], "failed": {}, "preempted": False}
+  report = {"ran": [], "skipped": [], "busy": {}, "failed": {}, "preempted": False}
   lock_name = "sweep.lock" if count == 1 else f"sweep.shard{index}of{count}.lock"
   with open(workdir / lock_name, "w") as lock:
     try:
       fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as err:
-      raise RuntimeError(f"another sweep is running in {workdir} (it holds {workdir / lock_name})") from err
+    except BlockingIOError:
+      raise SweepLockedError(
+        f"--workdir={workdir}: another sweep with --shard={index}/{count} is running there (it holds "
+        f"{workdir / lock_name}); wait for it to end, or run another shard"
+      ) from None
     for i, planned in enumerate(todo if mode != "aggregate" else []):
       run_dir = workdir / "runs" / planned.key
       if (run_dir / RESULT_FILE).exists():
         report["skipped"].append(planned.key)
         continue
-      labels = "; ".join(f"{r.cell.table} {dict(r.cell.labels)} seed {r.seed} {r.protocol}" for r in planned.runs)
-      print_fn(f"run {i + 1}/{len(todo)} {planned.key}: {labels}")
-      _prepare_run_dir(run_dir, planned.config, print_fn)
-      start = time.monotonic()
+      claim = WorkdirLock(workdir / CLAIMS, lock_file=f"{planned.key}.lock")
       try:
-        if mode == "inline":
-          summary = _run_inline(planned, run_dir, print_fn, echo)
-        else:
-          cache = workdir / "jax_cache" if compilation_cache else None
-          summary = _run_subprocess(planned, run_dir, cache, print_fn, echo)
-      except Exception as err:  # one broken run must not cost the rest of the grid
-        report["failed"][planned.key] = f"{type(err).__name__}: {err}"
-        print_fn(f"  {planned.key} FAILED: {type(err).__name__}: {err}")
+        claim.acquire()
+      except WorkdirLockedError:
+        holder = lock_holder(workdir / CLAIMS, f"{planned.key}.lock") or "holder unknown"
+        _busy(report, planned.key, f"another sweep is working on it ({holder})", print_fn)
         continue
-      if summary.get("preempted"):
-        report["preempted"] = True
-        print_fn(f"  {planned.key}: terminated; rerun the sweep to continue")
+      try:
+        _run_claimed(
+          planned, f"run {i + 1}/{len(todo)}", workdir, run_dir, mode, compilation_cache, echo, report, print_fn
+        )
+      finally:
+        claim.release()
+      if report["preempted"]:
         break
-      wall = time.monotonic() - start
-      _write_json(
-        run_dir / RESULT_FILE,
-        {
-          "key": planned.key,
-          "wall_seconds": wall,
-          "mode": mode,
-          "command": planned.command,
-          "runs": [{"cell": dataclasses.asdict(r.cell), "seed": r.seed, "protocol": r.protocol} for r in planned.runs],
-          "summary": summary,
-          "config": planned.config.to_dict(),
-        },
-      )
-      report["ran"].append(planned.key)
-      print_fn(f"  done in {wall:.0f}s: " + _result_line(planned, summary))
   report["rows"] = write_results(sweep, workdir, planned_runs, print_fn=print_fn)
   return report
+
+
+def _busy(report: dict, key: str, why: str, print_fn: Callable[[str], None]) -> None:
+  report["busy"][key] = why
+  print_fn(f"  {key}: skipped, in use: {why}; a sweep never deletes or resets a run that a live process holds")
+
+
+def _run_claimed(
+  planned: PlannedRun,
+  heading: str,
+  workdir: Path,
+  run_dir: Path,
+  mode: str,
+  compilation_cache: bool,
+  echo: bool,
+  report: dict,
+  print_fn: Callable[[str], None],
+) -> None:
+  """Trains one run that this process has claimed (`run_sweep`), recording the outcome in `report`."""
+  if (run_dir / RESULT_FILE).exists():  # another sweep finished it after this one looked
+    report["skipped"].append(planned.key)
+    return
+  if (holder := lock_holder(run_dir)) is not None:  # a training process (not a sweep's) holds the run itself
+    _busy(report, planned.key, f"its run.lock is held by {holder}", print_fn)
+    return
+  labels = "; ".join(f"{r.cell.table} {dict(r.cell.labels)} seed {r.seed} {r.protocol}" for r in planned.runs)
+  print_fn(f"{heading} {planned.key}: {labels}")
+  _prepare_run_dir(run_dir, planned.config, print_fn)
+  start = time.monotonic()
+  try:
+    if mode == "inline":
+      summary = _run_inline(planned, run_dir, print_fn, echo)
+    else:
+      cache = workdir / "jax_cache" if compilation_cache else None
+      summary = _run_subprocess(planned, run_dir, cache, print_fn, echo)
+  except Exception as err:  # one broken run must not cost the rest of the grid
+    report["failed"][planned.key] = f"{type(err).__name__}: {err}"
+    print_fn(f"  {planned.key} FAILED: {type(err).__name__}: {err}")
+    return
+  if summary.get("preempted"):
+    report["preempted"] = True
+    print_fn(f"  {planned.key}: terminated; rerun the sweep to continue")
+    return
+  wall = time.monotonic() - start
+  _write_json(
+    run_dir / RESULT_FILE,
+    {
+      "key": planned.key,
+      "wall_seconds": wall,
+      "mode": mode,
+      "command": planned.command,
+      "runs": [{"cell": dataclasses.asdict(r.cell), "seed": r.seed, "protocol": r.protocol} for r in planned.runs],
+      "summary": summary,
+      "config": planned.config.to_dict(),
+    },
+  )
+  report["ran"].append(planned.key)
+  print_fn(f"  done in {wall:.0f}s: " + _result_line(planned, summary))
 
 
 def summary_value(summary: dict, protocol: str) -> float | None:
