@@ -69,6 +69,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.mesh_shape = (-1, 1)
   config.init_from = ""
   config.init_from_mode = "exact"  # "matching" to fine-tune from a converted DeiT (module doc)
+  config.init_from_min_loaded = 0.5  # "matching": the least share of the model's parameters loaded (warm_start)
   config.data = dict(
     task="images",
     dataset="imagenet100",
