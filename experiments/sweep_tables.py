@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from primal_jax.atomic_files import DamagedFileError, read_json
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 
@@ -62,7 +64,7 @@ def run_device(run_dir: Path) -> str:
   (where every earlier run was made)."""
   for name in ("summary.json", "provenance.json"):
     path = run_dir / name
-    if path.exists() and (devices := json.loads(path.read_text()).get("devices")):
+    if path.exists() and (devices := read_json(path, "a run's record").get("devices")):
       return "CPU" if devices["platform"] == "cpu" else devices["kind"].removeprefix("NVIDIA ")
   return "CPU"
 
@@ -84,7 +86,7 @@ def _paper(row) -> str:
 
 def d4rl_sweep(table: str, base: Path) -> str:
   """One offline-RL table: the paper's score (D4RL data), ours (embedded data) and the dataset's own score."""
-  datasets = json.loads((RESULTS / "d4rl" / "datasets.json").read_text())
+  datasets = read_json(RESULTS / "d4rl" / "datasets.json", "the datasets' record")
   body = []
   for row in sorted(_rows("d4rl", table), key=lambda row: row.cell.labels):
     labels = dict(row.cell.labels)
@@ -113,9 +115,14 @@ def training_tokens_per_second(run_dir: Path) -> float:
   Uses the intervals between consecutive logged training steps, leaving out the first (it includes
   compilation) and any interval with an evaluation in it; tokens per step = batch_size * seq_len.
   """
-  config = json.loads((run_dir / "config.json").read_text())
+  config = read_json(run_dir / "config.json", "a run's config")
   tokens_per_step = int(config["data"]["batch_size"]) * int(config["data"]["seq_len"])
-  records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+  records = []
+  for number, line in enumerate((run_dir / "metrics.jsonl").read_text().splitlines(), 1):
+    try:
+      records += [json.loads(line)] if line.strip() else []
+    except json.JSONDecodeError as err:
+      raise DamagedFileError(f"{run_dir / 'metrics.jsonl'}, line {number}, is damaged ({err})") from None
   rates, previous = [], None
   for record in records:
     if record["prefix"] != "train":
@@ -158,7 +165,7 @@ def lm_throughput(name: str, base: Path) -> str:
       continue
     rate = training_tokens_per_second(run_dir)
     reference = reference or rate
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_json(run_dir / "summary.json", "a run's summary")
     body.append([label, f"{rate:,.0f}", f"{rate / reference:.2f}", run_device(run_dir), summary["host_allocator"]])
   if not body:
     raise ValueError(f"no throughput runs in {folder}")

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from primal_jax.atomic_files import read_json
 from primal_jax.errors import ConfigError
 from primal_jax.launch import host_allocator
 from primal_jax.training.config_args import load_config, load_module
@@ -282,8 +283,9 @@ def _write_json(path: Path, obj) -> None:
 
 
 def read_result(run_dir: Path) -> dict | None:
+  """The run's result.json, None if it has none; a damaged one is a DamagedFileError naming it."""
   path = Path(run_dir) / RESULT_FILE
-  return json.loads(path.read_text()) if path.exists() else None
+  return read_json(path, "a finished run's record") if path.exists() else None
 
 
 def _prepare_run_dir(run_dir: Path, config, log) -> None:
@@ -578,7 +580,7 @@ def stored_rows(workdir: str | Path) -> list[Row]:
   """
   groups: dict[tuple[Cell, str], list[tuple[int, str, dict]]] = {}  # (seed, run directory, result)
   for path in sorted(Path(workdir).glob(f"runs/*/{RESULT_FILE}")):
-    result = json.loads(path.read_text())
+    result = read_json(path, "a finished run's record")
     for entry in result["runs"]:
       recorded = entry["cell"]
       cell = Cell(recorded["table"], tuple(tuple(pair) for pair in recorded["labels"]), recorded["paper"])
