@@ -44,6 +44,7 @@ def run(argv: list[str] | None = None) -> None:
     import jax
 
     from experiments.sweeping import load_sweep, run_sweep
+    from primal_jax.atomic_files import DamagedFileError
     from primal_jax.errors import ConfigError
 
     if mode_flag.value == "inline":  # a process setting, so set here and not by the library
@@ -63,7 +64,7 @@ def run(argv: list[str] | None = None) -> None:
         shard=(int(index), int(count)),
         echo=echo_flag.value,
       )
-    except ConfigError as err:
+    except (ConfigError, DamagedFileError) as err:  # a damaged run record names its file
       if debug_flag.value:
         traceback.print_exc()
       print(f"experiments.sweep: error: {err}", file=sys.stderr)

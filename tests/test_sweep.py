@@ -439,8 +439,8 @@ def get_sweep(arg):
 
 def test_sweep_binary_answers_a_mistake_in_one_line(tmp_path):
   """Issue 26, item 10: a sweep file that does not parse, an override of a key the config lacks, an unknown
-  protocol and a workdir where the same shard is running used to end in a traceback; each is now one line on
-  stderr naming what is wrong, exit status 2."""
+  protocol, a workdir where the same shard is running and a damaged run record used to end in a traceback; each
+  is now one line on stderr naming what is wrong, exit status 2."""
   import fcntl
   import subprocess
   import sys
@@ -450,14 +450,20 @@ def test_sweep_binary_answers_a_mistake_in_one_line(tmp_path):
     "key": SWEEP_FILE.format(extra='overrides={"ksvd.etta": 0.1}'),
     "protocol": SWEEP_FILE.format(extra='protocol="sloppy"'),
     "in_use": SWEEP_FILE.format(extra="seed=0"),
+    "damaged": SWEEP_FILE.format(extra="seed=0"),
   }
   expected = {
     "syntax": f"sweep file {tmp_path / 'syntax.py'}, line 1: expected ':'",
     "key": "override 'ksvd.etta': the config has no field 'etta'",
     "protocol": "protocol must be one of release, honest, rollouts, own_validation, got 'sloppy'",
     "in_use": f"--workdir={tmp_path / 'in_use'}: another sweep with --shard=0/1 is running there",
+    "damaged": "result.json (a finished run's record, 10 bytes) is damaged",
   }
   (tmp_path / "in_use").mkdir()
+  (tmp_path / "damaged.py").write_text(files["damaged"])
+  (key,) = plan(load_sweep(tmp_path / "damaged.py").runs)
+  (tmp_path / "damaged" / "runs" / key).mkdir(parents=True)
+  (tmp_path / "damaged" / "runs" / key / RESULT_FILE).write_text('{"key": "a')  # a copy cut short
   with open(tmp_path / "in_use" / "sweep.lock", "w") as held:
     fcntl.flock(held, fcntl.LOCK_EX)
     procs = {}
