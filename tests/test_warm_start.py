@@ -137,3 +137,29 @@ def test_the_binary_refuses_bad_init_from_settings_in_one_line(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
     (line,) = stderr.strip().splitlines()
     assert line.startswith("python -m experiments.main: error: ") and tries[name][1] in line, line
+
+
+@pytest.mark.slow  # two short UEA smoke trainings (~30 s on 2 shared cores)
+def test_a_resumed_run_needs_its_init_from_no_more(jv_tfds_dir, tmp_path):
+  """The existence check is for a run's start: a run that has its own checkpoints resumes from them even once
+  the checkpoint it started from is gone."""
+  import shutil
+
+  from primal_jax.training.loop import train_and_evaluate
+
+  base = load_config("uea:smoke", lock=False)
+  base.data.data_dir = jv_tfds_dir
+  write_initial_run(base, tmp_path / "pretrained")
+  config = load_config("uea:smoke", lock=False)
+  config.data.data_dir, config.init_from, config.total_steps = jv_tfds_dir, str(tmp_path / "pretrained"), 1
+  lines = []
+  train_and_evaluate(config, tmp_path / "run", print_fn=lines.append)
+  assert any(f"params initialised from {tmp_path / 'pretrained'}" in line for line in lines)
+  shutil.rmtree(tmp_path / "pretrained")
+  config.total_steps, config.accept_config_changes = 2, "total_steps"
+  lines = []
+  assert train_and_evaluate(config, tmp_path / "run", print_fn=lines.append)["steps"] == 2
+  assert any("resumed from step 1" in line for line in lines)
+  config.resume_step, config.accept_config_changes = -1, ""
+  with pytest.raises(MissingFileError, match="init_from: .*pretrained does not exist"):
+    train_and_evaluate(config, tmp_path / "new", print_fn=lambda _: None)  # a new run still needs it

@@ -163,7 +163,8 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
 
 def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str], None]) -> dict:
   resume = check_resume(config, workdir)  # reads only: a refused config leaves the run's records as they were
-  check_init_from(config)  # before the data and the model are built
+  resuming = (workdir / WORKDIR_SUBDIR).is_dir() and any(p.name.isdigit() for p in (workdir / WORKDIR_SUBDIR).iterdir())
+  check_init_from(config, starting=not resuming)  # before the data and the model are built
   exp = build_experiment(config)
   protocol = eval_protocol(config, exp.pipeline.info.split_sizes, exp.objective)
   best_metric = config.get("best_metric") or None

@@ -59,9 +59,10 @@ class InitFromError(CheckpointError, ConfigError):
   """`config.init_from` names a checkpoint this run cannot start from (one line for the CLI)."""
 
 
-def check_init_from(config) -> None:
-  """Refuses, before any data or model is built, an `init_from` that does not exist, an unknown
-  `init_from_mode` and an `init_from_min_loaded` outside [0, 1] (a ConfigError naming the setting)."""
+def check_init_from(config, *, starting: bool = True) -> None:
+  """Refuses, before any data or model is built, an unknown `init_from_mode`, an `init_from_min_loaded` outside
+  [0, 1] and, for a run `starting` (not resuming from its own checkpoints), an `init_from` that does not exist
+  (a ConfigError naming the setting)."""
   mode = config.get("init_from_mode", "exact")
   if mode not in INIT_FROM_MODES:
     raise ConfigError(f"init_from_mode must be one of {', '.join(INIT_FROM_MODES)}, got {mode!r}")
@@ -69,7 +70,7 @@ def check_init_from(config) -> None:
   if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0.0 <= fraction <= 1.0:
     raise ConfigError(f"init_from_min_loaded must be a fraction in [0, 1], got {fraction!r}")
   path = config.get("init_from") or ""
-  if path and not Path(path).expanduser().exists():
+  if starting and path and not Path(path).expanduser().exists():
     raise MissingFileError(
       f"init_from: {path} does not exist; name a run's workdir, its checkpoints/ directory or one step of it "
       "(<directory>/<step>), or a converted checkpoint (python -m primal_jax.convert timm)"
