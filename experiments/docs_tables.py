@@ -3,6 +3,9 @@
   python -m experiments.docs_tables            # rewrite every table between its markers
   python -m experiments.docs_tables --check    # change nothing; exit 1 naming every out-of-date table
 
+A result file that does not read back (cut short, not JSON) stops it with one line naming the document, the
+table and the file, exit status 2, and nothing written.
+
 A generated table sits between two markers, each on a line of its own, in a Markdown file:
 
   <!-- table:uea:main begin -->
@@ -35,6 +38,7 @@ from benchmarks.step_profile import docs_table as step_profile_table
 from benchmarks.vs_release import docs_table as vs_release_table
 from experiments.sweep_tables import d4rl_sweep, lm_sweep, lm_throughput, mean_std, vit_sweep
 from experiments.sweep_tables import markdown_table as _markdown
+from primal_jax.atomic_files import DamagedFileError, read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -123,7 +127,7 @@ def uea_basicmotions(base: Path) -> str:
 
 
 def _load(path: Path) -> dict:
-  return json.loads(path.read_text())
+  return read_json(path, "a result record")
 
 
 def _seed(command: str) -> int:
@@ -377,7 +381,12 @@ def fill(text: str, base: Path, select: Callable[[str], bool] | None = None) -> 
     if select is not None and not select(name):
       return match.group(0)
     if name not in cache:
-      cache[name] = render_table(name, base)
+      try:
+        cache[name] = render_table(name, base)
+      except DamagedFileError as err:
+        raise DamagedFileError(f"table {name}: {err}") from None
+      except json.JSONDecodeError as err:  # a reader outside this module that does not name its file
+        raise DamagedFileError(f"table {name}: a JSON file it reads is damaged ({err})") from None
     return f"<!-- table:{name} begin -->\n{cache[name]}\n<!-- table:{name} end -->"
 
   return MARKER.sub(replace, text), names
@@ -395,7 +404,10 @@ def update(paths: Sequence[Path], *, check: bool, select: Callable[[str], bool] 
   stale, changed = [], {}
   for path in paths:  # every file is rendered before any is written: an error leaves all of them as they were
     text = path.read_text()
-    new, names = fill(text, path.parent, select)
+    try:
+      new, names = fill(text, path.parent, select)
+    except DamagedFileError as err:
+      raise DamagedFileError(f"{os.path.relpath(path, ROOT)}: {err}") from None
     if new == text:
       continue
     changed[path] = new
@@ -414,7 +426,11 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("files", nargs="*", type=Path, help=f"Markdown files (default: {', '.join(DOCUMENTS)})")
   args = parser.parse_args(argv)
   paths = args.files or documents()
-  stale = update(paths, check=args.check)
+  try:
+    stale = update(paths, check=args.check)
+  except DamagedFileError as err:  # a damaged result file: one line naming it, nothing written
+    print(f"docs_tables: error: {err}", file=sys.stderr)
+    return 2
   for entry in stale:
     print(("out of date: " if args.check else "updated: ") + entry)
   if args.check and stale:

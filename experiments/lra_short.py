@@ -13,7 +13,10 @@ the final, best and test-at-best-validation accuracies, every evaluation, the sc
 the run's config.json, and the machine (CPU count, load average, which tells whether other jobs shared it).
 Extra arguments after `--` are passed on to the binary (`-- --config.total_steps=400`) and recorded.
 The workdir must be new or empty: a resumed run's wall time would not be the run's.
-`--collect_only` rewrites the JSON from a finished workdir (wall time then comes from metrics.jsonl).
+`--collect_only` writes the JSON of a finished workdir (wall time then comes from metrics.jsonl); the workdir's
+config must be the one the recorded command trains (the same task, model, `short` and extra arguments), or
+it is refused, naming the keys that differ. A record is never replaced silently: an existing `--out` file is
+refused (before any training) unless `--overwrite`; collecting the same record again leaves it as it is.
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from primal_jax.atomic_files import read_json
+from primal_jax.errors import ConfigError
 from primal_jax.models.config import stack_name
+from primal_jax.training.config_args import load_config
+from primal_jax.training.run_config import differences, flatten, run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results" / "lra_short"
@@ -41,6 +48,53 @@ def train_command(task: str, model: str, workdir: str | Path, extra: list[str] |
   """argv of the training run (python -m experiments.main with the packaged `lra` config, by name)."""
   config = f"--config=lra:task={task},model={model},short"
   return [sys.executable, "-m", "experiments.main", config, f"--workdir={workdir}", *extra]
+
+
+def train_config(task: str, model: str, extra: list[str] | tuple[str, ...] = ()):
+  """The config `train_command` trains: the `lra` config's `short` variant with the `--config.*` flags of `extra`
+  applied as the binary applies them (ml_collections' config flags)."""
+  from absl import flags
+  from ml_collections import config_flags
+
+  values, config = flags.FlagValues(), load_config(f"lra:task={task},model={model},short")
+  argv = ["lra_short", *(arg for arg in extra if arg.startswith("--config."))]
+  try:  # the override flags are defined from the arguments that name them (sys_argv)
+    config_flags.DEFINE_config_dict("config", config, flag_values=values, sys_argv=argv)
+    values(argv)
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as err:
+    raise ConfigError(f"extra arguments {argv[1:]}: {err}") from None
+  return values["config"].value
+
+
+def check_workdir_config(workdir: str | Path, task: str, model: str, extra=(), command: str = "") -> None:
+  """Refuses a workdir whose run is not the config `train_command(task, model, workdir, extra)` trains: the
+  record would name a command that never ran."""
+  saved = run_config(workdir)  # config.json with the changes accepted on resume; a damaged file is named
+  if saved is None:
+    raise ConfigError(f"--workdir {workdir} holds no config.json: not a run of experiments.main")
+  expected = flatten(json.loads(json.dumps(train_config(task, model, extra).to_dict())))  # tuples as lists
+  changed = differences(saved, expected)
+  if changed:
+    shown = "; ".join(
+      f"{k}: {_brief(v['old'])} in the workdir, {_brief(v['new'])} in the command" for k, v in changed.items()
+    )
+    raise ConfigError(
+      f"--workdir {workdir} is a run of another config than `{command or 'the recorded command'}` "
+      f"({len(changed)} key(s) differ: {shown}); collect it with the task, model and extra arguments it was "
+      "trained with"
+    )
+
+
+def _brief(value) -> str:
+  text = repr(value)
+  return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _same_record(path: Path, record: dict) -> bool:
+  """Whether `path` holds `record` but for where and when it was collected (`machine`)."""
+  old = read_json(path, "a recorded result")
+  strip = lambda r: {k: v for k, v in r.items() if k != "machine"} if isinstance(r, dict) else r  # noqa: E731
+  return strip(old) == strip(json.loads(json.dumps(record)))
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -134,12 +188,21 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--workdir", required=True, type=Path)
   parser.add_argument("--out", type=Path, default=None, help="default: results/lra_short/<task>_<model>.json")
   parser.add_argument("--collect_only", action="store_true", help="only write the JSON of a finished workdir")
+  parser.add_argument("--overwrite", action="store_true", help="replace an existing --out record")
   parser.add_argument("extra", nargs="*", help="after --: more flags for experiments.main")
   args = parser.parse_args(argv)
   cmd = train_command(args.task, args.model, args.workdir, args.extra)
   shown = shlex.join(["python", *cmd[1:]])
+  out = args.out or RESULTS / f"{args.task}_{args.model}.json"
   wall_s = cpu_s = None
-  if not args.collect_only:
+  if args.collect_only:
+    try:
+      check_workdir_config(args.workdir, args.task, args.model, args.extra, shown)
+    except (ConfigError, ValueError) as err:  # a damaged config.json is a DamagedFileError naming it
+      parser.error(str(err))
+  else:
+    if out.exists() and not args.overwrite:
+      parser.error(f"--out {out} exists (a recorded result); pass --overwrite to replace it, or another --out")
     if args.workdir.exists() and any(args.workdir.iterdir()):
       parser.error(f"--workdir {args.workdir} is not empty; use a new one (or --collect_only)")
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -151,11 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     if proc.returncode != 0:
       print(f"{shown} exited with {proc.returncode}; nothing recorded", file=sys.stderr)
       return proc.returncode
-  record = collect(args.workdir, command=shown, wall_s=wall_s, cpu_s=cpu_s)
+  try:
+    record = collect(args.workdir, command=shown, wall_s=wall_s, cpu_s=cpu_s)
+  except FileNotFoundError as err:
+    parser.error(str(err))
+  if out.exists() and not args.overwrite:
+    if _same_record(out, record):
+      print(f"{out} already holds this record; left as it is")
+      return 0
+    parser.error(f"--out {out} holds another record; pass --overwrite to replace it, or another --out")
   record["machine"] = machine()
   if not args.collect_only:
     record["machine"]["load_average_before"] = load_before
-  out = args.out or RESULTS / f"{args.task}_{args.model}.json"
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(json.dumps(record, indent=1) + "\n")
   best = record["test_at_best_validation"] or record["best_test"]

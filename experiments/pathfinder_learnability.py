@@ -14,7 +14,8 @@ are readable from its pixels and the Transformers' plateau is theirs.
 The net: six 3x3 convolutions (32-32-64-64-64-64, ReLU), global max pooling,
 an MLP head; Adam at lr 1e-3, batch 64, sampled with replacement. Images are
 scaled to [0, 1]. Prints train and test accuracy every `--eval_every` steps
-and writes them to `--out` as JSON. The loop is a plain optax one, not
+and writes them to `--out` as JSON, with the command that ran; an existing
+`--out` file is refused before anything trains, unless `--overwrite`. The loop is a plain optax one, not
 `primal_jax.training`: the conv net is a probe of the data, not a model the
 library offers, so it stays out of the model registry.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -143,7 +145,11 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("--eval_every", type=int, default=100)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", type=Path, default=None, help="JSON record (optional)")
+  parser.add_argument("--overwrite", action="store_true", help="replace an existing --out record")
+  argv = sys.argv[1:] if argv is None else list(argv)
   args = parser.parse_args(argv)
+  if args.out is not None and args.out.exists() and not args.overwrite:
+    parser.error(f"--out {args.out} exists (a recorded result); pass --overwrite to replace it, or another --out")
   for name in ("num_train", "num_test", "steps", "eval_every"):
     if getattr(args, name) < 1:
       parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
@@ -158,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     eval_every=args.eval_every,
     seed=args.seed,
   )
-  record["command"] = "python -m experiments.pathfinder_learnability " + " ".join(argv or [])
+  record["command"] = shlex.join(["python", "-m", "experiments.pathfinder_learnability", *argv])
   if args.out is not None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

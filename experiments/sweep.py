@@ -3,13 +3,19 @@
   python -m experiments.sweep --sweep=experiments/sweeps/uea.py --workdir=/tmp/uea_sweep
 
 Finished runs are skipped (a second invocation only rewrites the tables); a killed sweep, started again,
-redoes only the run it was in. The work is in `experiments.sweeping`.
+redoes only the run it was in. A run another process holds (another sweep, another shard spec) is skipped
+with one line. The work is in `experiments.sweeping`.
+
+A mistake in what the command names (a sweep file that does not parse, an override of a key the config lacks,
+an unknown protocol or table, a workdir where the same shard is running) ends in one line on stderr,
+`experiments.sweep: error: ...`, with exit status 2 (`--debug` shows the traceback above it).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import traceback
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -27,6 +33,7 @@ def run(argv: list[str] | None = None) -> None:
     "shard", "0/1", "I/N: run only the I-th of N interleaved slices of the runs (N processes share one sweep)."
   )
   echo_flag = flags.DEFINE_bool("echo", False, "Print every run's output (always in runs/<hash>/train.log).")
+  debug_flag = flags.DEFINE_bool("debug", False, "Print the traceback above a one-line error.")
   flags.mark_flags_as_required(["sweep", "workdir"])
 
   def main(args: list[str]) -> None:
@@ -37,6 +44,8 @@ def run(argv: list[str] | None = None) -> None:
     import jax
 
     from experiments.sweeping import load_sweep, run_sweep
+    from primal_jax.atomic_files import DamagedFileError
+    from primal_jax.errors import ConfigError
 
     if mode_flag.value == "inline":  # a process setting, so set here and not by the library
       jax.config.update("jax_compilation_cache_dir", f"{workdir_flag.value}/jax_cache")
@@ -45,17 +54,24 @@ def run(argv: list[str] | None = None) -> None:
     if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
       raise app.UsageError(f"--shard must be I/N with 0 <= I < N, got {shard_flag.value!r}")
     start = time.monotonic()
-    sweep = load_sweep(sweep_flag.value)
-    report = run_sweep(
-      sweep,
-      workdir_flag.value,
-      mode=mode_flag.value,
-      only=only_flag.value or None,
-      shard=(int(index), int(count)),
-      echo=echo_flag.value,
-    )
+    try:
+      sweep = load_sweep(sweep_flag.value)
+      report = run_sweep(
+        sweep,
+        workdir_flag.value,
+        mode=mode_flag.value,
+        only=only_flag.value or None,
+        shard=(int(index), int(count)),
+        echo=echo_flag.value,
+      )
+    except (ConfigError, DamagedFileError) as err:  # a damaged run record names its file
+      if debug_flag.value:
+        traceback.print_exc()
+      print(f"experiments.sweep: error: {err}", file=sys.stderr)
+      sys.exit(2)
+    busy = f"{len(report['busy'])} in use by another process (skipped), " if report["busy"] else ""
     print(
-      f"{len(report['ran'])} run(s) trained, {len(report['skipped'])} already finished, "
+      f"{len(report['ran'])} run(s) trained, {len(report['skipped'])} already finished, {busy}"
       f"{len(report['failed'])} failed, in {time.monotonic() - start:.0f}s; tables in {workdir_flag.value}/results.md"
     )
     for key, error in report["failed"].items():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from primal_jax.atomic_files import DamagedFileError, read_json
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 
@@ -36,6 +38,11 @@ def _minutes(seconds: float) -> str:
   return f"{seconds / 60:.1f} min"
 
 
+def _per_run(row) -> str:
+  """Mean wall time per counted run; '-' when no run of the row counts (each lacks the protocol's value)."""
+  return _minutes(sum(row.wall_seconds) / row.n) if row.n else "-"
+
+
 def _rows(family: str, table: str, order: Sequence[str] = ()) -> list:
   from experiments.sweeping import stored_rows
 
@@ -57,7 +64,7 @@ def run_device(run_dir: Path) -> str:
   (where every earlier run was made)."""
   for name in ("summary.json", "provenance.json"):
     path = run_dir / name
-    if path.exists() and (devices := json.loads(path.read_text()).get("devices")):
+    if path.exists() and (devices := read_json(path, "a run's record").get("devices")):
       return "CPU" if devices["platform"] == "cpu" else devices["kind"].removeprefix("NVIDIA ")
   return "CPU"
 
@@ -68,6 +75,8 @@ def ran_on(family: str, row) -> str:
   for key in row.keys:
     device = run_device(RESULTS / family / "sweep" / "runs" / key)
     counts[device] = counts.get(device, 0) + 1
+  if not counts:  # no run of the row counts
+    return "-"
   return next(iter(counts)) if len(counts) == 1 else ", ".join(f"{d} {n}" for d, n in sorted(counts.items()))
 
 
@@ -77,14 +86,14 @@ def _paper(row) -> str:
 
 def d4rl_sweep(table: str, base: Path) -> str:
   """One offline-RL table: the paper's score (D4RL data), ours (embedded data) and the dataset's own score."""
-  datasets = json.loads((RESULTS / "d4rl" / "datasets.json").read_text())
+  datasets = read_json(RESULTS / "d4rl" / "datasets.json", "the datasets' record")
   body = []
   for row in sorted(_rows("d4rl", table), key=lambda row: row.cell.labels):
     labels = dict(row.cell.labels)
     data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
     setting = _setting(labels, ("env", "dataset", "model"), default="release")
     body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
-    body[-1] += [_paper(row), mean_std(row), _minutes(sum(row.wall_seconds) / row.n), ran_on("d4rl", row)]
+    body[-1] += [_paper(row), mean_std(row), _per_run(row), ran_on("d4rl", row)]
   header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
   return markdown_table(header + ["ran on"], body, numeric_from=4)
 
@@ -95,7 +104,7 @@ def vit_sweep(table: str, base: Path) -> str:
   for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("dataset", "model")), _paper(row), mean_std(row)])
-    body[-1] += [_minutes(sum(row.wall_seconds) / row.n), ran_on("vit", row)]
+    body[-1] += [_per_run(row), ran_on("vit", row)]
   header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run", "ran on"]
   return markdown_table(header, body, numeric_from=2)
 
@@ -106,9 +115,14 @@ def training_tokens_per_second(run_dir: Path) -> float:
   Uses the intervals between consecutive logged training steps, leaving out the first (it includes
   compilation) and any interval with an evaluation in it; tokens per step = batch_size * seq_len.
   """
-  config = json.loads((run_dir / "config.json").read_text())
+  config = read_json(run_dir / "config.json", "a run's config")
   tokens_per_step = int(config["data"]["batch_size"]) * int(config["data"]["seq_len"])
-  records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+  records = []
+  for number, line in enumerate((run_dir / "metrics.jsonl").read_text().splitlines(), 1):
+    try:
+      records += [json.loads(line)] if line.strip() else []
+    except json.JSONDecodeError as err:
+      raise DamagedFileError(f"{run_dir / 'metrics.jsonl'}, line {number}, is damaged ({err})") from None
   rates, previous = [], None
   for record in records:
     if record["prefix"] != "train":
@@ -133,7 +147,7 @@ def lm_sweep(table: str, base: Path) -> str:
   for row in _rows("lm", table, [label for label, _, _ in MODELS]):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
-    body[-1] += [_minutes(sum(row.wall_seconds) / row.n), ran_on("lm", row)]
+    body[-1] += [_per_run(row), ran_on("lm", row)]
   header = ["model", "setting", "paper (WikiText-103 ppl)", "ours (test bits/byte)", "time/run", "ran on"]
   return markdown_table(header, body, numeric_from=2)
 
@@ -151,7 +165,7 @@ def lm_throughput(name: str, base: Path) -> str:
       continue
     rate = training_tokens_per_second(run_dir)
     reference = reference or rate
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_json(run_dir / "summary.json", "a run's summary")
     body.append([label, f"{rate:,.0f}", f"{rate / reference:.2f}", run_device(run_dir), summary["host_allocator"]])
   if not body:
     raise ValueError(f"no throughput runs in {folder}")

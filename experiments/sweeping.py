@@ -10,7 +10,13 @@ Layout of a sweep directory:
   runs/<hash>/result.json    written atomically when the run has finished; its presence means "done"
   results.md, results.csv    the aggregated tables; plots from `Sweep.plot`
   jax_cache/                 JAX's persistent compilation cache (runs of equal shapes compile once)
-  sweep.lock                 held while a sweep runs here, so two sweeps never share a run
+  sweep.lock                 held while a sweep runs here (sweep.shardIofN.lock for a shard)
+  locks/<hash>.lock          held by the sweep process working on that run, from its check to its result
+
+Two sweeps on one directory (another `--shard` spec, a second terminal) never share a run: a sweep claims a run
+(locks/<hash>.lock) before it looks at its directory, and skips, with one line naming the holder, a run claimed
+by another sweep or whose `run.lock` a live training process holds (`workdir_lock`); it never deletes or resets
+such a run directory.
 
 Why this survives a kill: nothing but `result.json` marks a run as done, so a killed sweep, started again,
 skips every finished run and redoes only the one in progress. That run resumes from its latest checkpoint
@@ -27,6 +33,7 @@ import fcntl
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import shlex
@@ -41,8 +48,11 @@ from typing import Any
 
 import numpy as np
 
+from primal_jax.atomic_files import read_json
+from primal_jax.errors import ConfigError
 from primal_jax.launch import host_allocator
 from primal_jax.training.config_args import load_config, load_module
+from primal_jax.training.workdir_lock import WorkdirLock, WorkdirLockedError, lock_holder
 
 # Overrides per protocol. "release": the release's (test evaluated at every epoch, the best reported).
 # "honest": model selected on a stratified 20% of train, test evaluated once on that state.
@@ -76,6 +86,14 @@ PROTOCOL_TITLE: Mapping[str, str] = types.MappingProxyType(
   }
 )
 RESULT_FILE = "result.json"
+CLAIMS = "locks"  # <sweep>/locks/<hash>.lock: a sweep's claim on one run
+log = logging.getLogger(__name__)
+
+
+class SweepLockedError(ConfigError):
+  """Another sweep with the same shard spec is running in the workdir (one line for the CLI)."""
+
+
 CHILD_MODULE = "primal_jax.training.cli"  # what `python -m experiments.main` runs
 
 
@@ -100,7 +118,7 @@ class Run:
 
   def __post_init__(self):
     if self.protocol not in PROTOCOLS:
-      raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+      raise ConfigError(f"{self.cell}: protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
     if isinstance(self.overrides, Mapping):
       object.__setattr__(self, "overrides", tuple(self.overrides.items()))
 
@@ -155,6 +173,7 @@ class Row:
   planned: int
   wall_seconds: tuple[float, ...]
   keys: tuple[str, ...] = ()  # the runs' directories under runs/ (stored_rows), in seed order
+  unscored: tuple[tuple[str, int], ...] = ()  # (key, seed) of finished runs without the protocol's value
 
   @property
   def n(self) -> int:
@@ -173,9 +192,12 @@ class Row:
 def load_sweep(spec: str | Path) -> Sweep:
   """The Sweep of `path/to/sweep.py[:arg]`."""
   path, _, arg = str(spec).partition(":")
-  module = load_module(path, kind="sweep")
+  try:
+    module = load_module(path, kind="sweep")
+  except SyntaxError as err:
+    raise ConfigError(f"sweep file {path}, line {err.lineno}: {err.msg}") from err
   if not hasattr(module, "get_sweep"):
-    raise ValueError(f"sweep file {path} defines no get_sweep(arg)")
+    raise ConfigError(f"sweep file {path} defines no get_sweep(arg)")
   return module.get_sweep(arg or None)
 
 
@@ -183,7 +205,7 @@ def load_sweep(spec: str | Path) -> Sweep:
 # value they are left out of the hash, so the recorded runs keep their keys (and are not trained again).
 # `resume_step` and `accept_config_changes` steer one invocation (primal_jax.training.run_config.RUN_CONTROL).
 HASH_NEUTRAL: Mapping[str, Any] = types.MappingProxyType(
-  {"data.missing": "raise", "resume_step": -1, "accept_config_changes": ""}
+  {"data.missing": "raise", "resume_step": -1, "accept_config_changes": "", "init_from_min_loaded": 0.5}
 )
 
 
@@ -207,10 +229,10 @@ def _set(config, key: str, value) -> None:
   target = config
   for part in parents:
     if part not in target:
-      raise KeyError(f"override {key!r}: the config has no field {part!r}")
+      raise ConfigError(f"override {key!r}: the config has no field {part!r}")
     target = target[part]
   if leaf not in target:
-    raise KeyError(f"override {key!r}: the config has no field {leaf!r}")
+    raise ConfigError(f"override {key!r}: the config has no field {leaf!r}")
   target[leaf] = value
 
 
@@ -234,7 +256,7 @@ def plan(runs: Iterable[Run]) -> dict[str, PlannedRun]:
       continue
     first = planned[key].runs[0]
     if first.protocol != run.protocol:
-      raise ValueError(f"{run.cell} ({run.protocol}) and {first.cell} ({first.protocol}) resolve to the same config")
+      raise ConfigError(f"{run.cell} ({run.protocol}) and {first.cell} ({first.protocol}) resolve to the same config")
     planned[key].runs.append(run)
   return planned
 
@@ -245,7 +267,7 @@ def _select(planned: Mapping[str, PlannedRun], only: Sequence[str] | None) -> li
   tables = {run.cell.table for p in planned.values() for run in p.runs}
   unknown = sorted(set(only) - tables)
   if unknown:
-    raise ValueError(f"unknown table(s) {unknown}; this sweep has {sorted(tables)}")
+    raise ConfigError(f"unknown table(s) {unknown}; this sweep has {sorted(tables)}")
   return [p for p in planned.values() if any(run.cell.table in only for run in p.runs)]
 
 
@@ -261,8 +283,9 @@ def _write_json(path: Path, obj) -> None:
 
 
 def read_result(run_dir: Path) -> dict | None:
+  """The run's result.json, None if it has none; a damaged one is a DamagedFileError naming it."""
   path = Path(run_dir) / RESULT_FILE
-  return json.loads(path.read_text()) if path.exists() else None
+  return read_json(path, "a finished run's record") if path.exists() else None
 
 
 def _prepare_run_dir(run_dir: Path, config, log) -> None:
@@ -369,8 +392,10 @@ def run_sweep(
     echo: pass every line of every run's output to `print_fn` (always in `runs/<hash>/train.log`).
 
   Returns:
-    {"ran": [keys], "skipped": [keys], "failed": {key: error}, "preempted": bool, "rows": [Row]}.
-    A failed run is reported and the sweep goes on; a SIGTERM stops it after saving the run in progress.
+    {"ran": [keys], "skipped": [keys], "busy": {key: holder}, "failed": {key: error}, "preempted": bool,
+    "rows": [Row]}. A failed run is reported and the sweep goes on; a SIGTERM stops it after saving the run in
+    progress. A run in use by another process (another sweep's claim, or a live `run.lock`) is "busy": left
+    alone, never deleted or reset.
   """
   if mode not in ("inline", "subprocess", "aggregate"):
     raise ValueError(f"mode must be inline, subprocess or aggregate, got {mode!r}")
@@ -381,64 +406,142 @@ def run_sweep(
   if not (isinstance(count, int) and isinstance(index, int) and count >= 1 and 0 <= index < count):
     raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
   todo = _select(planned_runs, only)[index::count]
-  report = {"ran": [], "skipped": [], "failed": {}, "preempted": False}
+  report = {"ran": [], "skipped": [], "busy": {}, "failed": {}, "preempted": False}
   lock_name = "sweep.lock" if count == 1 else f"sweep.shard{index}of{count}.lock"
   with open(workdir / lock_name, "w") as lock:
     try:
       fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as err:
-      raise RuntimeError(f"another sweep is running in {workdir} (it holds {workdir / lock_name})") from err
+    except BlockingIOError:
+      raise SweepLockedError(
+        f"--workdir={workdir}: another sweep with --shard={index}/{count} is running there (it holds "
+        f"{workdir / lock_name}); wait for it to end, or run another shard"
+      ) from None
     for i, planned in enumerate(todo if mode != "aggregate" else []):
       run_dir = workdir / "runs" / planned.key
       if (run_dir / RESULT_FILE).exists():
         report["skipped"].append(planned.key)
         continue
-      labels = "; ".join(f"{r.cell.table} {dict(r.cell.labels)} seed {r.seed} {r.protocol}" for r in planned.runs)
-      print_fn(f"run {i + 1}/{len(todo)} {planned.key}: {labels}")
-      _prepare_run_dir(run_dir, planned.config, print_fn)
-      start = time.monotonic()
+      claim = WorkdirLock(workdir / CLAIMS, lock_file=f"{planned.key}.lock")
       try:
-        if mode == "inline":
-          summary = _run_inline(planned, run_dir, print_fn, echo)
-        else:
-          cache = workdir / "jax_cache" if compilation_cache else None
-          summary = _run_subprocess(planned, run_dir, cache, print_fn, echo)
-      except Exception as err:  # one broken run must not cost the rest of the grid
-        report["failed"][planned.key] = f"{type(err).__name__}: {err}"
-        print_fn(f"  {planned.key} FAILED: {type(err).__name__}: {err}")
+        claim.acquire()
+      except WorkdirLockedError:
+        holder = lock_holder(workdir / CLAIMS, f"{planned.key}.lock") or "holder unknown"
+        _busy(report, planned.key, f"another sweep is working on it ({holder})", print_fn)
         continue
-      if summary.get("preempted"):
-        report["preempted"] = True
-        print_fn(f"  {planned.key}: terminated; rerun the sweep to continue")
+      try:
+        _run_claimed(
+          planned, f"run {i + 1}/{len(todo)}", workdir, run_dir, mode, compilation_cache, echo, report, print_fn
+        )
+      finally:
+        claim.release()
+      if report["preempted"]:
         break
-      wall = time.monotonic() - start
-      _write_json(
-        run_dir / RESULT_FILE,
-        {
-          "key": planned.key,
-          "wall_seconds": wall,
-          "mode": mode,
-          "command": planned.command,
-          "runs": [{"cell": dataclasses.asdict(r.cell), "seed": r.seed, "protocol": r.protocol} for r in planned.runs],
-          "summary": summary,
-          "config": planned.config.to_dict(),
-        },
-      )
-      report["ran"].append(planned.key)
-      print_fn(f"  done in {wall:.0f}s: " + _result_line(planned, summary))
-  report["rows"] = write_results(sweep, workdir, planned_runs)
+  report["rows"] = write_results(sweep, workdir, planned_runs, print_fn=print_fn)
   return report
+
+
+def _busy(report: dict, key: str, why: str, print_fn: Callable[[str], None]) -> None:
+  report["busy"][key] = why
+  print_fn(f"  {key}: skipped, in use: {why}; a sweep never deletes or resets a run that a live process holds")
+
+
+def _run_claimed(
+  planned: PlannedRun,
+  heading: str,
+  workdir: Path,
+  run_dir: Path,
+  mode: str,
+  compilation_cache: bool,
+  echo: bool,
+  report: dict,
+  print_fn: Callable[[str], None],
+) -> None:
+  """Trains one run that this process has claimed (`run_sweep`), recording the outcome in `report`."""
+  if (run_dir / RESULT_FILE).exists():  # another sweep finished it after this one looked
+    report["skipped"].append(planned.key)
+    return
+  if (holder := lock_holder(run_dir)) is not None:  # a training process (not a sweep's) holds the run itself
+    _busy(report, planned.key, f"its run.lock is held by {holder}", print_fn)
+    return
+  labels = "; ".join(f"{r.cell.table} {dict(r.cell.labels)} seed {r.seed} {r.protocol}" for r in planned.runs)
+  print_fn(f"{heading} {planned.key}: {labels}")
+  _prepare_run_dir(run_dir, planned.config, print_fn)
+  start = time.monotonic()
+  try:
+    if mode == "inline":
+      summary = _run_inline(planned, run_dir, print_fn, echo)
+    else:
+      cache = workdir / "jax_cache" if compilation_cache else None
+      summary = _run_subprocess(planned, run_dir, cache, print_fn, echo)
+  except Exception as err:  # one broken run must not cost the rest of the grid
+    report["failed"][planned.key] = f"{type(err).__name__}: {err}"
+    print_fn(f"  {planned.key} FAILED: {type(err).__name__}: {err}")
+    return
+  if summary.get("preempted"):
+    report["preempted"] = True
+    print_fn(f"  {planned.key}: terminated; rerun the sweep to continue")
+    return
+  wall = time.monotonic() - start
+  _write_json(
+    run_dir / RESULT_FILE,
+    {
+      "key": planned.key,
+      "wall_seconds": wall,
+      "mode": mode,
+      "command": planned.command,
+      "runs": [{"cell": dataclasses.asdict(r.cell), "seed": r.seed, "protocol": r.protocol} for r in planned.runs],
+      "summary": summary,
+      "config": planned.config.to_dict(),
+    },
+  )
+  report["ran"].append(planned.key)
+  print_fn(f"  done in {wall:.0f}s: " + _result_line(planned, summary))
 
 
 def summary_value(summary: dict, protocol: str) -> float | None:
   """The number a table shows for a run: test accuracy in %, the D4RL normalised score or test bits per byte
-  (language models), None if missing."""
-  entry = summary.get(PROTOCOL_METRIC[protocol])
-  if entry is None:
+  (language models), None if the summary has no such entry."""
+  entry = summary.get(PROTOCOL_METRIC[protocol]) if isinstance(summary, Mapping) else None
+  if not isinstance(entry, Mapping):
     return None
   if "accuracy" in entry:
     return 100.0 * entry["accuracy"]
-  return float(entry["normalized_score"] if "normalized_score" in entry else entry["bits_per_byte"])
+  for name in ("normalized_score", "bits_per_byte"):
+    if name in entry:
+      return float(entry[name])
+  return None
+
+
+def unscored_line(key: str, cell: Cell, seed: int | str, protocol: str) -> str:
+  """The line that flags a finished run whose summary lacks its protocol's entry (left out of its row)."""
+  labels = " ".join(f"{k}={v}" for k, v in cell.labels)
+  return (
+    f"run {key} ({cell.table} {labels}, seed {seed}, {protocol}) has no `{PROTOCOL_METRIC[protocol]}` in its "
+    f"summary: not counted (see runs/{key}/train.log; delete runs/{key}/{RESULT_FILE} to train it again)"
+  )
+
+
+def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], planned: int, stored: bool) -> Row:
+  """The Row of (key, seed, result) triples: the runs whose summary has the protocol's value, the rest listed in
+  `Row.unscored` (and logged when `stored`: `write_results` names them itself)."""
+  scored, unscored = [], []
+  for key, seed, result in found:
+    value = summary_value(result.get("summary"), protocol)
+    if value is None:
+      if stored:
+        log.warning(unscored_line(key, cell, seed, protocol))
+      unscored.append((key, seed))
+    else:
+      scored.append((key, value, result["wall_seconds"]))
+  return Row(
+    cell,
+    protocol,
+    tuple(value for _, value, _ in scored),
+    planned=planned,
+    wall_seconds=tuple(wall for _, _, wall in scored),
+    keys=tuple(key for key, _, _ in scored) if stored else (),
+    unscored=tuple(unscored),
+  )
 
 
 def _result_line(planned: PlannedRun, summary: dict) -> str:
@@ -459,18 +562,12 @@ def aggregate(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRu
     group = keys.setdefault((run.cell, run.protocol), [])
     if key_of[run] not in group:
       group.append(key_of[run])
+  seeds = {(run.cell, run.protocol, key_of[run]): run.seed for run in sweep.runs}
   rows = []
   for (cell, protocol), group in keys.items():
-    results = [r for r in (read_result(Path(workdir) / "runs" / key) for key in group) if r is not None]
-    rows.append(
-      Row(
-        cell,
-        protocol,
-        tuple(summary_value(r["summary"], protocol) for r in results),
-        planned=len(group),
-        wall_seconds=tuple(r["wall_seconds"] for r in results),
-      )
-    )
+    results = [(key, read_result(Path(workdir) / "runs" / key)) for key in group]
+    found = [(key, seeds[(cell, protocol, key)], r) for key, r in results if r is not None]
+    rows.append(_row(cell, protocol, found, len(group), stored=False))
   return rows
 
 
@@ -483,7 +580,7 @@ def stored_rows(workdir: str | Path) -> list[Row]:
   """
   groups: dict[tuple[Cell, str], list[tuple[int, str, dict]]] = {}  # (seed, run directory, result)
   for path in sorted(Path(workdir).glob(f"runs/*/{RESULT_FILE}")):
-    result = json.loads(path.read_text())
+    result = read_json(path, "a finished run's record")
     for entry in result["runs"]:
       recorded = entry["cell"]
       cell = Cell(recorded["table"], tuple(tuple(pair) for pair in recorded["labels"]), recorded["paper"])
@@ -491,17 +588,7 @@ def stored_rows(workdir: str | Path) -> list[Row]:
   rows = []
   for (cell, protocol), found in sorted(groups.items(), key=lambda i: (i[0][0].table, i[0][0].labels, i[0][1])):
     found = sorted(found, key=lambda item: item[0])  # by seed
-    results = [result for _, _, result in found]
-    rows.append(
-      Row(
-        cell,
-        protocol,
-        tuple(summary_value(r["summary"], protocol) for r in results),
-        planned=len(results),
-        wall_seconds=tuple(r["wall_seconds"] for r in results),
-        keys=tuple(key for _, key, _ in found),
-      )
-    )
+    rows.append(_row(cell, protocol, [(key, seed, r) for seed, key, r in found], len(found), stored=True))
   return rows
 
 
@@ -544,6 +631,10 @@ def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) 
   )
   if sweep.notes:
     out += ["", sweep.notes]
+  flagged = [(row, entry) for row in rows for entry in row.unscored]
+  if flagged:
+    out += ["", "Finished runs left out of the tables:", ""]
+    out += [f"- {unscored_line(key, row.cell, seed, row.protocol)}" for row, (key, seed) in flagged]
   return "\n".join(out) + "\n"
 
 
@@ -563,11 +654,21 @@ def results_csv(rows: Sequence[Row]) -> str:
   return buffer.getvalue()
 
 
-def write_results(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRun] | None = None) -> list[Row]:
-  """results.md, results.csv and the sweep's plots in `workdir`; returns the rows."""
+def write_results(
+  sweep: Sweep,
+  workdir: str | Path,
+  planned: Mapping[str, PlannedRun] | None = None,
+  *,
+  print_fn: Callable[[str], None] = print,
+) -> list[Row]:
+  """results.md, results.csv and the sweep's plots in `workdir`; returns the rows. A finished run without its
+  protocol's value is left out of its row and named (`unscored_line`) to `print_fn` and in results.md."""
   workdir = Path(workdir)
   planned = plan(sweep.runs) if planned is None else planned
   rows = aggregate(sweep, workdir, planned)
+  for row in rows:
+    for key, seed in row.unscored:
+      print_fn(unscored_line(key, row.cell, seed, row.protocol))
   results = [r for r in (read_result(workdir / "runs" / key) for key in planned) if r is not None]
   (workdir / "results.md").write_text(results_markdown(sweep, rows, [r["wall_seconds"] for r in results]))
   (workdir / "results.csv").write_text(results_csv(rows))

@@ -63,3 +63,28 @@ def test_check_mode_reports_and_leaves_the_file_alone(tmp_path, capsys):
   assert docs_tables.main([str(doc)]) == 0
   assert "| BasicMotions | ours, release protocol |" in doc.read_text()
   assert docs_tables.main(["--check", str(doc)]) == 0
+
+
+def test_a_damaged_result_file_is_named_in_one_line(tmp_path, monkeypatch, capsys):
+  """Issue 26, item 10: `--check` on a result file cut short ended in a bare JSONDecodeError traceback; it is
+  one line naming the document, the table and the file, exit status 2, and nothing is written."""
+  import json
+
+  from experiments import sweep_tables
+
+  monkeypatch.setattr(docs_tables, "RESULTS", tmp_path)
+  monkeypatch.setattr(sweep_tables, "RESULTS", tmp_path)
+  (tmp_path / "spectrum_trial").mkdir()
+  damaged = tmp_path / "spectrum_trial" / "spectrum.json"
+  damaged.write_text('{"runs": [{"name": "a", "lay')  # a copy cut short
+  run = tmp_path / "vit" / "sweep" / "runs" / "k0"
+  run.mkdir(parents=True)
+  (run / "result.json").write_text(json.dumps({"wall_seconds": 1.0, "runs": []})[:20])
+  for table, path in [("spectrum:trial", damaged), ("vit:short", run / "result.json")]:
+    doc = tmp_path / f"{table.replace(':', '_')}.md"
+    doc.write_text(f"<!-- table:{table} begin -->\nold\n<!-- table:{table} end -->\n")
+    assert docs_tables.main(["--check", str(doc)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("docs_tables: error: ") and f"table {table}: {path} (" in line and "is damaged" in line
+    assert docs_tables.main([str(doc)]) == 2 and "old" in doc.read_text()  # nothing written
+    capsys.readouterr()

@@ -8,6 +8,7 @@ through `config.init_from` with `init_from_mode="matching"`.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import ml_collections
@@ -62,13 +63,14 @@ def test_image_folder_pipeline(folder):
 
   p = registry.get_input_pipeline(_data(folder))
   assert p.info.class_names == CLASSES and p.info.image_shape == (16, 16, 3) and p.info.num_classes == 3
-  assert dict(p.info.split_sizes) == {"train": 18, "validation": 6, "test": 9}  # the tail of train held out
+  assert dict(p.info.split_sizes) == {"train": 18, "validation": 6, "test": 9}  # 2 of each class held out
   batches = list(p.train_batches(0))
   assert len(batches) == p.steps_per_epoch == 3
   batch = batches[0]
   assert batch["inputs"].shape == (8, 16, 16, 3) and batch["inputs"].dtype == np.float32
   real = np.concatenate([b["index"][b["weight"] > 0] for b in batches])
-  np.testing.assert_array_equal(np.sort(real), np.arange(18))  # every training example once per epoch
+  train_files = [p.sources["train"][i]["index"] for i in range(18)]
+  np.testing.assert_array_equal(np.sort(real), np.sort(train_files))  # every training example once per epoch
   # Pixels: PIL's bilinear resize to 16 x 16, then (x / 255 - 0.5) / 0.25; examples ordered by class, then file.
   i = int(batch["index"][0])
   label, k = divmod(i, 8)
@@ -82,6 +84,56 @@ def test_image_folder_pipeline(folder):
   assert not np.array_equal(next(iter(p.train_batches(1)))["index"], batch["index"])
   gray = registry.get_input_pipeline(_data(folder, channels=1, mean=(0.5,), std=(0.5,), val_fraction=0.0))
   assert gray.info.image_shape == (16, 16, 1) and set(gray.info.split_sizes) == {"train", "test"}
+
+
+def _labels(source) -> np.ndarray:
+  return np.asarray([source[i]["label"] for i in range(len(source))])
+
+
+def test_validation_is_drawn_per_class_by_seed(tmp_path):
+  """Issue 26, item 1: validation takes its share of every class (at least one example of each stays in train),
+  drawn by `data.seed`; it used to be the tail of the class-sorted file list, so whole classes were
+  validation-only (never trained)."""
+  folder = _write_folder(tmp_path / "images", {"train": 8, "test": 1}, size=8)
+  p = make_image_pipeline(_data(folder, image_size=8, val_fraction=0.25))
+  train, validation = _labels(p.sources["train"]), _labels(p.sources["validation"])
+  assert np.bincount(validation, minlength=3).tolist() == [2, 2, 2]
+  assert np.bincount(train, minlength=3).tolist() == [6, 6, 6]
+  files = {split: {p.sources[split][i]["index"] for i in range(len(p.sources[split]))} for split in p.sources}
+  assert not files["train"] & files["validation"] and len(files["train"] | files["validation"]) == 24
+  again = make_image_pipeline(_data(folder, image_size=8, val_fraction=0.25))
+  assert {again.sources["validation"][i]["index"] for i in range(6)} == files["validation"]  # by seed
+  other = make_image_pipeline(_data(folder, image_size=8, val_fraction=0.25, seed=1))
+  assert {other.sources["validation"][i]["index"] for i in range(6)} != files["validation"]
+  # A class too small to spare one (1 image) stays wholly in train; ImageNet-100's 5% leaves every class trained.
+  small = _write_folder(tmp_path / "small", {"train": 1, "test": 1}, size=8)
+  (small / "train" / "cat" / "001.png").write_bytes((small / "train" / "cat" / "000.png").read_bytes())
+  p = make_image_pipeline(_data(small, image_size=8, val_fraction=0.25))
+  assert set(_labels(p.sources["train"])) == {0, 1, 2}
+
+
+def test_empty_class_folder_and_unreadable_image_are_named(tmp_path):
+  """Issue 26, item 1: an empty class folder is refused (it would be evaluated, never trained), and an image
+  that is no image is refused when the pipeline is built, naming the file; one cut short (its header reads)
+  is named when it is read."""
+  from primal_jax.errors import ConfigError
+
+  folder = _write_folder(tmp_path / "images", {"train": 2, "test": 1}, size=8)
+  for child in (folder / "train" / "dog").iterdir():
+    child.unlink()
+  with pytest.raises(ConfigError, match="^class folder " + re.escape(f"{folder / 'train' / 'dog'} holds no images")):
+    make_image_pipeline(_data(folder, image_size=8, val_fraction=0.0))
+  folder = _write_folder(tmp_path / "garbage", {"train": 2, "test": 1}, size=8)
+  bad = folder / "train" / "dog" / "001.png"
+  bad.write_bytes(b"not an image at all")
+  with pytest.raises(ConfigError, match="^" + re.escape(f"{bad}: not a readable image")):
+    make_image_pipeline(_data(folder, image_size=8, val_fraction=0.0))
+  folder = _write_folder(tmp_path / "truncated", {"train": 2, "test": 1}, size=64)
+  cut = folder / "train" / "eel" / "000.png"
+  cut.write_bytes(cut.read_bytes()[:200])
+  p = make_image_pipeline(_data(folder, image_size=8, val_fraction=0.0, batch_size=6))
+  with pytest.raises(ConfigError, match=re.escape(f"{cut}: cannot read the image")):
+    list(p.train_batches(0))
 
 
 def test_imagenet100_and_centre_crop(tmp_path):

@@ -54,3 +54,21 @@ def test_same_seed_same_record_other_seed_other_images():
   assert train.shape == test.shape == (32, 32, 32) and len(train_y) == len(test_y) == 32
   shared = {t.tobytes() for t in train} & {t.tobytes() for t in test}
   assert not shared
+
+
+def test_an_existing_record_is_refused_before_training(tmp_path, capsys, monkeypatch):
+  """Issue 26, item 3 (the same pattern): `--out` used to be overwritten silently, and `main()` without
+  arguments recorded a command without them. An existing record is refused before anything trains unless
+  --overwrite; the command recorded is the one that ran."""
+  out = tmp_path / "cnn.json"
+  out.write_text('{"recorded": true}\n')
+  argv = ["--contour_length=4", "--num_distractors=0", "--num_train=16", "--num_test=8", "--steps=1", f"--out={out}"]
+  with pytest.raises(SystemExit) as info:
+    pl.main(argv)
+  assert info.value.code == 2 and f"--out {out} exists (a recorded result)" in capsys.readouterr().err
+  assert out.read_text() == '{"recorded": true}\n'
+  monkeypatch.setattr("sys.argv", ["pathfinder_learnability.py", *argv, "--overwrite"])
+  pl.main()
+  assert json.loads(out.read_text())["command"] == "python -m experiments.pathfinder_learnability " + " ".join(
+    [*argv, "--overwrite"]
+  )

@@ -29,6 +29,7 @@ from experiments.sweeping import (
   stored_rows,
   write_results,
 )
+from primal_jax.errors import ConfigError
 from primal_jax.training.config_args import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,7 @@ def test_resolve_applies_protocol_seed_and_overrides():
     "validation/accuracy",
     "best_validation",
   )
-  with pytest.raises(KeyError, match="no field 'etta'"):
+  with pytest.raises(ConfigError, match="no field 'etta'"):
     resolve(Run(f"{CONFIG}:smoke", cell, overrides={"ksvd.etta": 0.1}))
   with pytest.raises(ValueError, match="protocol must be one of release, honest"):
     Run(f"{CONFIG}", cell, protocol="sloppy")
@@ -189,6 +190,32 @@ def test_std_needs_two_seeds(tmp_path):
   (row,) = [r for r in write_results(sweep, tmp_path) if r.protocol == "release"]
   assert row.n == 1 and row.mean == 50.0 and math.isnan(row.std)
   assert "| x | 50.0 | 50.0 | 1/2 |" in (tmp_path / "results.md").read_text()
+
+
+def test_a_run_without_its_protocol_metric_is_flagged_and_the_tables_still_written(tmp_path, caplog):
+  """Issue 26, item 6: a finished run whose summary lacks its protocol's entry (here `best_test`) used to make
+  every aggregation fail with a TypeError (no tables again); it is now left out of its row, named in a line of
+  results.md and in the log, and the other runs are aggregated."""
+  cell = Cell("t", (("model", "x"),), paper=50.0)
+  sweep = Sweep(tuple(Run(f"{CONFIG}:smoke", cell, seed=s) for s in range(3)))
+  planned = list(plan(sweep.runs).values())
+  for p, accuracy in zip(planned, (0.5, 0.75, None), strict=True):
+    result = fake_result(p, accuracy, 1.0)
+    if accuracy is None:
+      result["summary"] = {"final": {"step": 2}, "steps": 2}  # no best_test: e.g. a run with test_eval='never'
+    result["runs"] = [{"cell": dataclasses.asdict(cell), "seed": p.runs[0].seed, "protocol": "release"}]
+    (tmp_path / "runs" / p.key).mkdir(parents=True)
+    (tmp_path / "runs" / p.key / RESULT_FILE).write_text(json.dumps(result))
+  lines = []
+  (row,) = write_results(sweep, tmp_path, print_fn=lines.append)
+  assert row.accuracies == (50.0, 75.0) and row.unscored == ((planned[2].key, 2),) and row.planned == 3
+  markdown = (tmp_path / "results.md").read_text()
+  assert "| x | 50.0 | 62.5 ± 17.7 | 2/3 |" in markdown
+  flag = f"run {planned[2].key} (t model=x, seed 2, release) has no `best_test` in its summary: not counted"
+  assert flag in markdown and any(flag in line for line in lines)
+  (stored,) = stored_rows(tmp_path)  # the docs tables' reader: the same row, the run named in the log
+  assert stored.accuracies == (50.0, 75.0) and stored.unscored == ((planned[2].key, 2),)
+  assert flag in caplog.text
 
 
 def test_stored_rows_read_the_cells_each_result_records(tmp_path):
@@ -316,6 +343,61 @@ def test_shards_partition_the_runs_and_lock_apart(data_dir, tmp_path):
   assert [r.n for r in write_results(sweep, tmp_path)] == [1, 1, 1]
 
 
+HOLD_LOCK = """
+import sys, time
+from primal_jax.training.workdir_lock import WorkdirLock
+WorkdirLock(sys.argv[1], sys.argv[2]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _hold(directory: Path, lock_file: str):
+  """A live process holding `directory/lock_file` (as a training run holds its run.lock), once it says so."""
+  import subprocess
+  import sys
+
+  proc = subprocess.Popen(
+    [sys.executable, "-c", HOLD_LOCK, str(directory), lock_file], stdout=subprocess.PIPE, text=True, cwd=ROOT
+  )
+  assert proc.stdout.readline().strip() == "held"
+  return proc
+
+
+def test_a_sweep_never_deletes_a_run_a_live_process_holds(data_dir, tmp_path):
+  """Issue 26, item 2: with another --shard spec than a sweep in progress, a sweep used to delete that sweep's
+  live run directory (an unfinished run without per-evaluation checkpoints restarts from scratch), take a fresh
+  run.lock there and train beside it. Now a run whose run.lock a live process holds, or which another sweep has
+  claimed (locks/<hash>.lock), is skipped with one line naming the holder, its directory left byte for byte."""
+  from primal_jax.training.workdir_lock import lock_holder
+
+  sweep = tiny_sweep(data_dir)
+  keys = list(plan(sweep.runs))
+  live = tmp_path / "runs" / keys[0]
+  live.mkdir(parents=True)
+  (live / "metrics.jsonl").write_text('{"step": 1}\n')  # what the first sweep's training has written so far
+  training = _hold(live, "run.lock")  # the first sweep's run, training (default shard 0/1)
+  claimed = _hold(tmp_path / "locks", f"{keys[1]}.lock")  # another sweep, between its check and its training
+  try:
+    lines = []
+    report = run_sweep(sweep, tmp_path, shard=(0, 2), print_fn=lines.append)
+    assert report["ran"] == [] and list(report["busy"]) == [keys[0]] and not report["failed"]
+    assert f"pid {training.pid} on host" in report["busy"][keys[0]]
+    (line,) = [line for line in lines if "skipped, in use" in line]
+    assert line.startswith(f"  {keys[0]}: skipped, in use: its run.lock is held by pid {training.pid}")
+    report = run_sweep(sweep, tmp_path, print_fn=lines.append)  # the default shard: both runs are someone's
+    assert report["ran"] == [] and list(report["busy"]) == keys
+    assert f"another sweep is working on it (pid {claimed.pid} on host" in report["busy"][keys[1]]
+    assert sorted(p.name for p in live.iterdir()) == ["metrics.jsonl", "run.lock"]
+    assert (live / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert f"pid {training.pid}" in lock_holder(live) and not (tmp_path / "runs" / keys[1]).exists()
+  finally:
+    for proc in (training, claimed):
+      proc.kill()
+      proc.wait()
+  assert lock_holder(live) is None and lock_holder(tmp_path / "locks", f"{keys[1]}.lock") is None  # dead: free
+
+
 def test_sweep_binary_lock_and_table_filter(data_dir, tmp_path):
   import fcntl
   import subprocess
@@ -324,7 +406,7 @@ def test_sweep_binary_lock_and_table_filter(data_dir, tmp_path):
   (tmp_path / "sweep.lock").touch()
   with open(tmp_path / "sweep.lock") as held:
     fcntl.flock(held, fcntl.LOCK_EX)
-    with pytest.raises(RuntimeError, match="another sweep is running"):
+    with pytest.raises(ConfigError, match="another sweep with --shard=0/1 is running there"):
       run_sweep(tiny_sweep(data_dir), tmp_path, print_fn=lambda _: None)
   with pytest.raises(ValueError, match=r"unknown table\(s\) \['t3'\]"):
     run_sweep(tiny_sweep(data_dir), tmp_path, only=["t3"], print_fn=lambda _: None)
@@ -344,3 +426,54 @@ def test_sweep_binary_lock_and_table_filter(data_dir, tmp_path):
   )
   assert result.returncode == 0, result.stderr[-2000:]
   assert "0 run(s) trained" in result.stdout and (tmp_path / "results.md").exists()
+
+
+SWEEP_FILE = """
+from experiments.sweeping import Cell, Run, Sweep
+
+
+def get_sweep(arg):
+  return Sweep((Run("uea:smoke", Cell("t", (("model", "x"),)), {extra}),))
+"""
+
+
+def test_sweep_binary_answers_a_mistake_in_one_line(tmp_path):
+  """Issue 26, item 10: a sweep file that does not parse, an override of a key the config lacks, an unknown
+  protocol, a workdir where the same shard is running and a damaged run record used to end in a traceback; each
+  is now one line on stderr naming what is wrong, exit status 2."""
+  import fcntl
+  import subprocess
+  import sys
+
+  files = {
+    "syntax": "def get_sweep(arg)\n  return None\n",
+    "key": SWEEP_FILE.format(extra='overrides={"ksvd.etta": 0.1}'),
+    "protocol": SWEEP_FILE.format(extra='protocol="sloppy"'),
+    "in_use": SWEEP_FILE.format(extra="seed=0"),
+    "damaged": SWEEP_FILE.format(extra="seed=0"),
+  }
+  expected = {
+    "syntax": f"sweep file {tmp_path / 'syntax.py'}, line 1: expected ':'",
+    "key": "override 'ksvd.etta': the config has no field 'etta'",
+    "protocol": "protocol must be one of release, honest, rollouts, own_validation, got 'sloppy'",
+    "in_use": f"--workdir={tmp_path / 'in_use'}: another sweep with --shard=0/1 is running there",
+    "damaged": "result.json (a finished run's record, 10 bytes) is damaged",
+  }
+  (tmp_path / "in_use").mkdir()
+  (tmp_path / "damaged.py").write_text(files["damaged"])
+  (key,) = plan(load_sweep(tmp_path / "damaged.py").runs)
+  (tmp_path / "damaged" / "runs" / key).mkdir(parents=True)
+  (tmp_path / "damaged" / "runs" / key / RESULT_FILE).write_text('{"key": "a')  # a copy cut short
+  with open(tmp_path / "in_use" / "sweep.lock", "w") as held:
+    fcntl.flock(held, fcntl.LOCK_EX)
+    procs = {}
+    for name, text in files.items():
+      (tmp_path / f"{name}.py").write_text(text)
+      command = [sys.executable, "-m", "experiments.sweep", f"--sweep={tmp_path / name}.py"]
+      command += [f"--workdir={tmp_path / name}", "--mode=aggregate"]
+      procs[name] = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = {name: (proc.wait(timeout=300), proc.stderr.read()) for name, proc in procs.items()}
+  for name, (code, stderr) in results.items():
+    assert code == 2 and "Traceback" not in stderr, (name, stderr[-2000:])
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("experiments.sweep: error: ") and expected[name] in line, (name, line)

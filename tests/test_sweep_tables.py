@@ -47,3 +47,29 @@ def test_run_device_reads_the_summary_then_the_provenance(tmp_path):
   assert run_device(tmp_path / "a") == "H200"
   (tmp_path / "a" / "summary.json").write_text(json.dumps({"devices": {"platform": "cpu", "kind": "cpu", "count": 8}}))
   assert run_device(tmp_path / "a") == "CPU"
+
+
+def test_a_sweep_table_leaves_out_a_run_without_its_metric(tmp_path, monkeypatch, caplog):
+  """Issue 26, item 6: a run record whose summary lacks the protocol's entry used to make the docs table raise a
+  TypeError; the table is written from the other runs, and the run is named in the log. A row none of whose
+  runs counts shows '-'."""
+  import dataclasses
+
+  from experiments import sweep_tables
+
+  runs = tmp_path / "vit" / "sweep" / "runs"
+  cells = {
+    "DeiT": Cell("short", (("model", "DeiT"),), 80.0),
+    "Primal.+DeiT": Cell("short", (("model", "Primal.+DeiT"),)),
+  }
+  records = [("a", "DeiT", 0, 0.5), ("b", "DeiT", 1, None), ("c", "Primal.+DeiT", 0, None)]
+  for key, model, seed, accuracy in records:
+    summary = {"steps": 2} if accuracy is None else {"test_at_best_validation": {"step": 2, "accuracy": accuracy}}
+    entry = {"cell": dataclasses.asdict(cells[model]), "seed": seed, "protocol": "own_validation"}
+    (runs / key).mkdir(parents=True)
+    (runs / key / "result.json").write_text(json.dumps({"wall_seconds": 120.0, "runs": [entry], "summary": summary}))
+  monkeypatch.setattr(sweep_tables, "RESULTS", tmp_path)
+  table = sweep_tables.vit_sweep("short", tmp_path)
+  assert "| DeiT | - | 80.0 | 50.0 (n = 1) | 2.0 min | CPU |" in table
+  assert table.endswith("| Primal.+DeiT | - | - | - | - | - |")
+  assert "run b (short model=DeiT, seed 1, own_validation) has no `test_at_best_validation`" in caplog.text

@@ -30,7 +30,9 @@ RandAugment). `short` and `smoke` have no `data.mix` section (no mixing, hard la
 Fine-tuning from pretrained DeiT weights (convert them with `python -m primal_jax.convert timm
 deit_small_patch16_224-cd65a155.pth /tmp/deit_s --model=deit_small_patch16_224`):
   --config.init_from=/tmp/deit_s --config.init_from_mode=matching
-(every block loaded except the Primal layer's own parameters, the head re-initialised for 100 classes).
+(every block loaded except the Primal layer's own parameters, the head re-initialised for 100 classes). A
+start that loads less than `init_from_min_loaded` (0.5) of the model's parameters, a checkpoint of another
+model, is refused naming both.
 Figure 1 on the pretrained DeiT-S itself (ImageNet val/ images): the commands in experiments/pretrained_run.py.
 
 `short` (Fashion-MNIST, offline: 28 x 28 grayscale, patches 4 x 4 -> 49 + 1 tokens; 54,000 / 6,000 / 10,000
@@ -70,6 +72,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.mesh_shape = (-1, 1)
   config.init_from = ""
   config.init_from_mode = "exact"  # "matching" to fine-tune from a converted DeiT (module doc)
+  config.init_from_min_loaded = 0.5  # "matching": the least share of the model's parameters loaded (warm_start)
   config.data = dict(
     task="images",
     dataset="imagenet100",

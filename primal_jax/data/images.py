@@ -16,9 +16,15 @@ Datasets (`data.dataset`)::
   imagenet100    an ImageNet-1k folder (train/, val/) read as image_folder but restricted to the 100 classes
                  of `IMAGENET_100_CLASSES` (CMC's list, the paper's ImageNet-100).
 
-Without a validation split, the tail `data.val_fraction` of train is held out (LRA's rule), so model
-selection never looks at test. Pixels become (x / 255 - mean) / std per channel (`data.mean`, `data.std`:
-0.5 by default; DeiT's ImageNet values are (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225)).
+Without a validation split, `data.val_fraction` of train is held out, so model selection never looks at test:
+for the catalog datasets the tail of train (LRA's rule; their train split is not sorted by class), for image
+folders (sorted by class) a share of every class drawn by `data.seed` (`uea.validation_split`: stratified, at
+least one image of each class left in train). Image folders are checked when the pipeline is built: an empty
+class folder is refused, and so is a file whose header Pillow cannot read, each naming the path; an image that
+fails later (cut short after its header) is named when it is read.
+
+Pixels become (x / 255 - mean) / std per channel (`data.mean`, `data.std`: 0.5 by default; DeiT's ImageNet
+values are (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225)).
 Training images may be augmented (`data.augment`: random resized crop, flip, RandAugment, random erasing;
 all off by default; `image_augment`), deterministically per (seed, epoch, example), and training batches
 mixed (`data.mix`: Mixup, CutMix, label smoothing; off by default; `label_mixing`), per (seed, epoch, batch).
@@ -34,14 +40,16 @@ from typing import Any
 
 import numpy as np
 
-from primal_jax.data.checks import check_positive_int, config_get
+from primal_jax.data.checks import check_fraction, check_positive_int, config_get
 from primal_jax.data.core import DatasetInfo, InputPipeline, pipeline_from_config
 from primal_jax.data.fashion_mnist import FASHION_MNIST_CLASSES, fetch_fashion_mnist, load_fashion_mnist
 from primal_jax.data.image_augment import image_augment
 from primal_jax.data.label_mixing import label_mixing
 from primal_jax.data.lra_catalog import catalog_splits, holdout_tail
 from primal_jax.data.lra_image import CIFAR10_CLASSES
-from primal_jax.data.pipeline import PAD_INDEX, Example
+from primal_jax.data.pipeline import PAD_INDEX, Example, Subset
+from primal_jax.data.uea import validation_split
+from primal_jax.errors import ConfigError
 
 DATASETS = ("fashion_mnist", "cifar10", "cifar100", "imagenet2012", "image_folder", "imagenet100")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -150,23 +158,46 @@ class ImageFiles(Sequence):
     from PIL import Image
 
     i = int(i)
-    with Image.open(self.paths[i]) as image:
-      pixels = fit_image(image, self.size, self.channels, self.crop_pct)
+    try:
+      with Image.open(self.paths[i]) as image:
+        pixels = fit_image(image, self.size, self.channels, self.crop_pct)
+    except (OSError, ValueError, SyntaxError) as err:  # Pillow's errors for a damaged file
+      raise ConfigError(f"{self.paths[i]}: cannot read the image ({err}); replace or remove the file") from err
     return {"image": pixels, "label": int(self.labels[i]), "index": i}
 
 
+def _check_header(path: Path) -> None:
+  """Refuses a file whose image header Pillow cannot read (reads the header only, not the pixels)."""
+  from PIL import Image
+
+  try:
+    with Image.open(path):
+      pass
+  except (OSError, ValueError, SyntaxError) as err:
+    raise ConfigError(f"{path}: not a readable image ({err}); replace or remove the file") from None
+
+
 def image_files(directory: Path, classes: Sequence[str], **options) -> ImageFiles:
-  """The images under `directory/<class>/` (label = position in `classes`), in sorted order so reproducible."""
+  """The images under `directory/<class>/` (label = position in `classes`), in sorted order so reproducible.
+
+  Every class folder must hold images (an empty one is refused) whose headers read (`_check_header`)."""
+  if not classes:
+    raise ConfigError(f"{directory} has no class sub-folders (one per class, holding its images)")
   paths, labels = [], []
   for label, name in enumerate(classes):
     folder = directory / name
     if not folder.is_dir():
-      raise ValueError(f"{directory} has no sub-folder {name!r} (the classes come from the train folder)")
+      raise ConfigError(f"{directory} has no sub-folder {name!r} (the classes come from the train folder)")
     found = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not found:
+      raise ConfigError(
+        f"class folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}): its class would never be "
+        "trained or never tested; add its images or remove the folder"
+      )
+    for path in found:
+      _check_header(path)
     paths += found
     labels += [label] * len(found)
-  if not paths:
-    raise ValueError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {directory}")
   return ImageFiles(tuple(paths), np.asarray(labels, np.int64), **options)
 
 
@@ -268,7 +299,13 @@ def make_image_pipeline(data_config: Any, *, process_index: int = 0, process_cou
   name, splits, classes = _splits(data_config)
   val_fraction = float(config_get(data_config, "val_fraction", DEFAULT_VAL_FRACTION))
   if "validation" not in splits and val_fraction > 0:
-    splits["train"], splits["validation"] = holdout_tail(splits["train"], val_fraction)
+    train = splits["train"]
+    if isinstance(train, ImageFiles):  # sorted by class: a tail would hold out whole classes
+      seed = config_get(data_config, "seed", 0)
+      kept, held = validation_split(train.labels, check_fraction(val_fraction, "val_fraction"), seed)
+      splits["train"], splits["validation"] = Subset(train, kept), Subset(train, held)
+    else:
+      splits["train"], splits["validation"] = holdout_tail(train, val_fraction)
   shape = tuple(int(d) for d in np.shape(splits["train"][0]["image"]))
   mean = _per_channel(config_get(data_config, "mean", 0.5), shape[2], "mean")
   std = _per_channel(config_get(data_config, "std", 0.5), shape[2], "std")

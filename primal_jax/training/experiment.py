@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 
 from primal_jax.data.registry import get_input_pipeline
 from primal_jax.models.builders import BuiltModel, build_model
+from primal_jax.models.config import stack_name
 from primal_jax.training.checkpoint_checksums import SET_ASIDE_SUFFIX
 from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer, CheckpointError
 from primal_jax.training.evaluation import evaluate_split
@@ -29,13 +30,14 @@ from primal_jax.training.run_config import run_config, unflatten
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
 from primal_jax.training.state import TrainState, abstract_state, init_state, make_init_fn
 from primal_jax.training.steps import ksvd_spec, make_eval_step, make_train_step
-from primal_jax.training.warm_start import restore_matching_params
+from primal_jax.training.warm_start import (
+  DEFAULT_MIN_LOADED,
+  check_init_from,
+  check_loaded,
+  describe_checkpoint,
+  restore_matching_params,
+)
 from primal_jax.training.workdir_lock import lock_workdir
-from primal_jax.validation import check_choice
-
-# `config.init_from_mode`: "exact" (the saved params are the model's, leaf for leaf) or "matching" (fine-tuning
-# another model: leaves of the same path and shape loaded, the rest initialised; `restore_matching_params`).
-INIT_FROM_MODES = ("exact", "matching")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,15 +130,23 @@ def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainSt
   if latest is not None:
     state, _ = _restore(experiment, ckpt, latest)
     return state, f"resumed from step {latest} of {ckpt.directory}"
+  check_init_from(config)
   state = init_state(experiment.init_fn, experiment.rng, experiment.shardings)
   if config.get("init_from"):
     if config.get("init_from_mode", "exact") == "exact":
       params = Checkpointer.restore_params(config.init_from, experiment.abstract.params)
       return state.replace(params=params), f"params initialised from {config.init_from}"
-    check_choice(config.init_from_mode, INIT_FROM_MODES, "init_from_mode")
     module = experiment.built.module
     adapt, keep = getattr(module, "adapt_pretrained", None), getattr(module, "keep_init_on_finetune", None)
     params, report = restore_matching_params(config.init_from, state.params, adapt=adapt, keep_init=keep)
+    target = f"{config.model.name} {stack_name(config.model.layers)}, dim {config.model.get('dim', '?')}"
+    check_loaded(
+      report,
+      state.params,
+      min_loaded=config.get("init_from_min_loaded", DEFAULT_MIN_LOADED),
+      source=describe_checkpoint(config.init_from),
+      target=target,
+    )
     counts = ", ".join(f"{len(paths)} {what}" for what, paths in report.items() if paths)
     return state.replace(params=params), f"params initialised from {config.init_from} where they match ({counts})"
   return state, "initialised from scratch"

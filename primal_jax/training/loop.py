@@ -38,6 +38,7 @@ from primal_jax.training.run_config import check_fallback, check_resume, record_
 from primal_jax.training.sharding import global_batch, maybe_initialize_distributed
 from primal_jax.training.state import TrainState
 from primal_jax.training.steps import train_scalars
+from primal_jax.training.warm_start import check_init_from
 from primal_jax.training.workdir_lock import lock_workdir
 
 # The experiment helpers are re-exported: `from primal_jax.training.loop import load_state, evaluate` in analysis.
@@ -162,6 +163,8 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
 
 def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str], None]) -> dict:
   resume = check_resume(config, workdir)  # reads only: a refused config leaves the run's records as they were
+  resuming = (workdir / WORKDIR_SUBDIR).is_dir() and any(p.name.isdigit() for p in (workdir / WORKDIR_SUBDIR).iterdir())
+  check_init_from(config, starting=not resuming)  # before the data and the model are built
   exp = build_experiment(config)
   protocol = eval_protocol(config, exp.pipeline.info.split_sizes, exp.objective)
   best_metric = config.get("best_metric") or None

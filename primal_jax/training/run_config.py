@@ -48,6 +48,7 @@ FREE_ON_RESUME = (
   "data.data_dir",
   "mesh_shape",
   "distributed",
+  "init_from_min_loaded",  # read only when a run starts (warm_start.check_loaded); added after runs were made
 )
 LENGTH_KEYS = ("total_steps", "num_epochs")  # free only with a constant learning-rate schedule
 # Fields that steer one invocation, with their defaults; never compared. `resume_step`: -1 resumes from the

@@ -6,20 +6,29 @@ another class count or image size): leaves present in both with the same shape a
 new leaves keep their initialisation, as the release's `load_state_dict(..., strict=False)` does.
 Only the `params` subtree is read (orbax partial restore); the optimizer, step and RNG of the new run
 start fresh. Nothing under the other run's directory is written or deleted.
+
+A run's `init_from` settings are checked before anything is built (`check_init_from`: the path exists, the
+mode is known, the fraction is one), and a "matching" start that loads too little of the model
+(`check_loaded`: nothing at all, or less than `init_from_min_loaded` of its parameters) is an error naming
+both models, instead of a fine-tuning run that silently trains from scratch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from primal_jax.errors import ConfigError, MissingFileError
 from primal_jax.training.checkpoint_checksums import describe_problems, verify_step_dir
 from primal_jax.training.checkpoint_format import (
   INFO_ITEM,
@@ -36,6 +45,77 @@ from primal_jax.training.checkpoint_format import (
 )
 
 log = logging.getLogger(__name__)
+
+# `config.init_from_mode`: "exact" (the saved params are the model's, leaf for leaf) or "matching" (fine-tuning
+# another model: leaves of the same path and shape loaded, the rest initialised; `restore_matching_params`).
+INIT_FROM_MODES = ("exact", "matching")
+# `config.init_from_min_loaded`: the least share of the model's parameters (elements) a "matching" start must
+# load or adapt. DeiT-S into Primal.+DeiT (S/16, 100 classes) loads over 95% (the Primal layer's own projections,
+# its fresh query and key and the head are not).
+DEFAULT_MIN_LOADED = 0.5
+
+
+class InitFromError(CheckpointError, ConfigError):
+  """`config.init_from` names a checkpoint this run cannot start from (one line for the CLI)."""
+
+
+def check_init_from(config, *, starting: bool = True) -> None:
+  """Refuses, before any data or model is built, an unknown `init_from_mode`, an `init_from_min_loaded` outside
+  [0, 1] and, for a run `starting` (not resuming from its own checkpoints), an `init_from` that does not exist
+  (a ConfigError naming the setting)."""
+  mode = config.get("init_from_mode", "exact")
+  if mode not in INIT_FROM_MODES:
+    raise ConfigError(f"init_from_mode must be one of {', '.join(INIT_FROM_MODES)}, got {mode!r}")
+  fraction = config.get("init_from_min_loaded", DEFAULT_MIN_LOADED)
+  if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0.0 <= fraction <= 1.0:
+    raise ConfigError(f"init_from_min_loaded must be a fraction in [0, 1], got {fraction!r}")
+  path = config.get("init_from") or ""
+  if starting and path and not Path(path).expanduser().exists():
+    raise MissingFileError(
+      f"init_from: {path} does not exist; name a run's workdir, its checkpoints/ directory or one step of it "
+      "(<directory>/<step>), or a converted checkpoint (python -m primal_jax.convert timm)"
+    )
+
+
+def describe_checkpoint(path) -> str:
+  """The model a checkpoint holds, for messages: its run's config.json (the checkpoint may be the workdir, its
+  checkpoints/ directory or one step of it) or a converted model's description, else 'unknown model'."""
+  from primal_jax.models.config import stack_name
+
+  path = Path(path).expanduser().resolve()
+  for folder in (path, path.parent, path.parent.parent):
+    config_file, described = folder / "config.json", folder / "vit_model.json"
+    try:
+      if config_file.is_file():
+        model = json.loads(config_file.read_text())["model"]
+        return (
+          f"{model.get('name', '?')} {stack_name(model.get('layers', ()))}, dim {model.get('dim', '?')} ({config_file})"
+        )
+      if described.is_file():
+        return f"converted {json.loads(described.read_text())} ({described})"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+      return f"unknown model ({config_file} unreadable)"
+  return "a model without a config.json beside it"
+
+
+def check_loaded(
+  report: Mapping[str, Sequence[str]], init_params, *, min_loaded: float, source: str, target: str
+) -> None:
+  """Refuses a "matching" start (`restore_matching_params`' report) that loaded or adapted no leaf, or less than
+  `min_loaded` of the model's parameters: `source` (the checkpoint's model) is then another model than `target`."""
+  sizes = {path_str(p): math.prod(leaf.shape) for p, leaf in jax.tree_util.tree_flatten_with_path(init_params)[0]}
+  used = [p for kind in ("loaded", "adapted") for p in report.get(kind, ())]
+  share = sum(sizes[p] for p in used) / max(sum(sizes.values()), 1)
+  if used and share >= min_loaded:
+    return
+  unused = report.get("unused", ())
+  tops = ", ".join(sorted({f"{p.split('/')[0]}/" for p in unused})) or "-"
+  raise InitFromError(
+    f"init_from (init_from_mode='matching') loaded {len(used)} of the model's {len(sizes)} leaves ({share:.0%} of "
+    f"its parameters; init_from_min_loaded={min_loaded:g}, none at all is always refused): the checkpoint holds "
+    f"another model ({source}; {len(unused)} of its leaves match nothing here, under {tops}) than this run's "
+    f"({target}). Name a checkpoint of this model, or lower init_from_min_loaded to fine-tune from what matches"
+  )
 
 
 def _params_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:

@@ -42,10 +42,11 @@ class WorkdirLock:
   Entering creates the workdir if needed and raises `WorkdirLockedError` at once if another process
   holds the lock. Not re-entrant: a second `WorkdirLock` on the same workdir in the same process is
   refused too (each opens its own file description), which is what a nested run should get.
+  `lock_file`: the file's name in the workdir (a sweep claims one of its runs under another name).
   """
 
-  def __init__(self, workdir: str | Path):
-    self.path = Path(workdir) / LOCK_FILE
+  def __init__(self, workdir: str | Path, lock_file: str = LOCK_FILE):
+    self.path = Path(workdir) / lock_file
     self._fd: int | None = None
 
   def acquire(self) -> WorkdirLock:
@@ -96,6 +97,27 @@ class WorkdirLock:
 def lock_workdir(workdir: str | Path, *, primary: bool) -> contextlib.AbstractContextManager:
   """`WorkdirLock(workdir)` on the primary process; nothing on the others (they write shards, by design)."""
   return WorkdirLock(workdir) if primary else contextlib.nullcontext()
+
+
+def lock_holder(workdir: str | Path, lock_file: str = LOCK_FILE) -> str | None:
+  """Who holds `<workdir>/<lock_file>` now ('pid 123 on host h since ...: command'), or None if no live process
+  does. A probe: it takes the lock and drops it at once, and writes nothing (a missing file is no holder)."""
+  path = Path(workdir) / lock_file
+  try:
+    fd = os.open(path, os.O_RDWR)  # not O_RDONLY: NFS maps flock to byte-range locks, which need write access
+  except FileNotFoundError:
+    return None
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as err:
+    if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+      raise OSError(err.errno, f"cannot lock {path} ({err.strerror}); does this filesystem support flock?") from err
+    return _holder(path)
+  else:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return None
+  finally:
+    os.close(fd)
 
 
 def _holder(path: Path) -> str:
