@@ -19,10 +19,12 @@ from typing import Any
 
 from primal_jax.attention.baselines import (
   CosformerAttention,
+  FlowformerAttention,
   LinearAttention,
   LinformerAttention,
   NystromAttention,
   PerformerAttention,
+  ReformerAttention,
 )
 from primal_jax.attention.gpt2 import GPT2Attention
 from primal_jax.attention.primal import PrimalAttention
@@ -41,6 +43,9 @@ _ATTENTIONS: dict[str, type[AttentionShell]] = {
   "linformer": LinformerAttention,
   "nystromformer": NystromAttention,
   "cosformer": CosformerAttention,
+  # Issue 28 (release parity): the release's LRA Reformer and its RL Flowformer.
+  "reformer": ReformerAttention,
+  "flowformer": FlowformerAttention,
 }
 ATTENTIONS = types.MappingProxyType(_ATTENTIONS)  # read-only view; extend with `register_attention`
 

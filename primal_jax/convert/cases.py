@@ -21,6 +21,7 @@ from flax.errors import ScopeParamShapeError
 
 from primal_jax.attention import PrimalAttention
 from primal_jax.convert import torch_layout
+from primal_jax.convert.baseline_cases import release_attention, run_flowformer_layer, run_lra_baseline
 from primal_jax.convert.rl_case import run_decision_transformer
 from primal_jax.convert.vit import run_combo_vision_transformer
 from primal_jax.errors import ConfigError
@@ -88,8 +89,11 @@ def _primal_layer_outputs(module, params, x):
 
 
 def run_lra_classifier(case: ReferenceCase) -> dict[str, np.ndarray]:
-  """The release's LRA `ModelForSC` (PrimalFormer, Primal.+Trans. or softmax)."""
+  """The release's LRA `ModelForSC` (PrimalFormer, Primal.+Trans., softmax or a baseline attention)."""
   cfg = case.meta["config"]
+  baseline = release_attention(cfg)
+  if baseline is not None:
+    return run_lra_baseline(case, *baseline)
   params, layers = torch_layout.lra_classifier_params(case.params, cfg["num_head"])
   primal_idx = [i for i, name in enumerate(layers) if name == "primal"]
   we_shape = params["body"]["encoder"][f"block_{primal_idx[0]}"]["attention"]["We"].shape if primal_idx else None
@@ -194,6 +198,7 @@ RUNNERS: dict[str, Callable[[ReferenceCase], dict]] = {
   "PrimalMultiheadAttention": run_fairseq_layer,
   "DecisionTransformer": run_decision_transformer,
   "ComboVisionTransformer": run_combo_vision_transformer,
+  "Flowformer_attention": run_flowformer_layer,
 }
 
 
