@@ -64,6 +64,28 @@ def test_outputs_at_t_ignore_later_inputs(name, kwargs, padded):
     assert ref.rel_err(changed[:, t + 1 :], base[:, t + 1 :]) > 1e-3  # later outputs do depend on them
 
 
+@pytest.mark.parametrize("name,kwargs", CAUSAL[:4] + CAUSAL[5:], ids=_ids(CAUSAL[:4] + CAUSAL[5:]))
+def test_left_padding_is_finite_and_leaves_real_outputs_alone(name, kwargs):
+  """Left padding (a Decision Transformer's short histories): values and gradients finite; real outputs equal the
+  unpadded suffix run alone (except cosFormer, whose re-weighting counts absolute positions)."""
+  module = _module(name, kwargs)
+  x = normal(5, (B, N, D))
+  pad = np.ones((B, N), bool)
+  pad[1, :4] = False
+  params = random_params(module, x, mask=pad)
+
+  def loss(p, inputs):
+    return jnp.sum(jnp.where(pad[..., None], module.apply({"params": p}, inputs, mask=pad), 0.0) ** 2)
+
+  grads = jax.grad(loss, argnums=(0, 1))(params, x)
+  assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads)), name
+  out = np.asarray(module.apply({"params": params}, x, mask=pad))
+  assert np.all(np.isfinite(out))
+  if name != "cosformer":
+    alone = np.asarray(module.apply({"params": params}, x[1:, 4:]))
+    ref.assert_rel_close(out[1, 4:], alone[0], 1e-5, name)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _step(module, params, cache, x_t, mask_t):
   return module.apply({"params": params, "cache": cache}, x_t, mask=mask_t, mutable=["cache"])

@@ -58,7 +58,7 @@ def test_folder_holds_the_seven_cases_and_each_names_a_release_form():
   for name in CASES:
     meta = json.loads((BASELINES_DIR / f"{name}.json").read_text())
     if meta["torch_module"]["class"] == "ModelForSC":
-      mechanism, options = release_attention(meta["config"])
+      mechanism, options = release_attention(meta["config"], meta.get("random_state"))
       assert options.get("form", "release") == "release", name
 
 
@@ -69,6 +69,6 @@ def test_verify_cli_passes_and_the_textbook_form_would_not(monkeypatch):
   out = io.StringIO()
   assert cli.verify(str(BASELINES_DIR / "lra_linear.npz"), cli.DEFAULT_TOLERANCE, out) is True
   assert "layer1/attn_out" in out.getvalue() and "FAIL" not in out.getvalue()
-  monkeypatch.setattr("primal_jax.convert.cases.release_attention", lambda cfg: ("linear", {"form": "paper"}))
+  monkeypatch.setattr("primal_jax.convert.cases.release_attention", lambda cfg, lsh=None: ("linear", {"form": "paper"}))
   case = load_case(str(BASELINES_DIR / "lra_linear.npz"))
   assert relative_errors(case, run_case(case))["logits"] > 1e-2

@@ -20,9 +20,10 @@ from primal_jax.errors import ConfigError
 from primal_jax.models import SequenceClassifier, TransformerConfig
 
 
-def release_attention(cfg: dict) -> tuple[str, dict] | None:
+def release_attention(cfg: dict, lsh: dict | None = None) -> tuple[str, dict] | None:
   """(registered name, options) of the release's LRA `attn_type` (attentions/attention.py's dispatch), or None
-  for softmax and Primal (handled by `cases.run_lra_classifier`)."""
+  for softmax and Primal (handled by `cases.run_lra_classifier`). `lsh`: the case's Reformer settings (its
+  JSON's "random_state": chunk_length, lsh_num_chunks_before/after, num_buckets); HF's defaults otherwise."""
   kind = cfg.get("attn_type", "softmax")
   release = {"form": "release"}
   if kind == "cos":
@@ -37,8 +38,16 @@ def release_attention(cfg: dict) -> tuple[str, dict] | None:
   if kind.startswith("performer"):
     return "performer", {**release, "num_features": int(cfg["rp_dim"])}
   if kind.startswith("reformer"):
-    # The release wraps HF's LSHSelfAttention with its defaults: chunks of 64, one chunk back, none ahead.
-    return "reformer", {"num_hashes": int(cfg["num_hash"]), "chunk_length": 64, "num_chunks_before": 1}
+    lsh = lsh or {}
+    options = {
+      "num_hashes": int(cfg["num_hash"]),
+      "chunk_length": int(lsh.get("chunk_length", 64)),
+      "num_chunks_before": int(lsh.get("lsh_num_chunks_before", 1)),
+      "num_chunks_after": int(lsh.get("lsh_num_chunks_after", 0)),
+    }
+    if lsh.get("num_buckets"):
+      options["num_buckets"] = int(lsh["num_buckets"])
+    return "reformer", options
   return None
 
 

@@ -91,7 +91,7 @@ def _primal_layer_outputs(module, params, x):
 def run_lra_classifier(case: ReferenceCase) -> dict[str, np.ndarray]:
   """The release's LRA `ModelForSC` (PrimalFormer, Primal.+Trans., softmax or a baseline attention)."""
   cfg = case.meta["config"]
-  baseline = release_attention(cfg)
+  baseline = release_attention(cfg, case.meta.get("random_state"))
   if baseline is not None:
     return run_lra_baseline(case, *baseline)
   params, layers = torch_layout.lra_classifier_params(case.params, cfg["num_head"])

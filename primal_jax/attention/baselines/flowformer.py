@@ -109,7 +109,8 @@ def causal_flow_attention(
   allocation = jax.nn.sigmoid(conserved_sink)
   source = jnp.exp(conserved_source)
   cum_exp = run(source * w[:, 0][:, None], "exp")
-  competition = source / jnp.maximum(cum_exp, jnp.finfo(dt).tiny) * normal
+  real = w[:, 0][:, None] > 0  # [B, 1, T]; at a real position cum_exp >= its own exp(-clamp) > 0
+  competition = jnp.where(real, source / jnp.where(real, cum_exp, 1.0), 0.0) * normal
   kv = run(jnp.einsum("bhlp,bhld->bhlpd", k, v * competition[..., None]), "kv")  # [B, H, T, p, p]
   out = jnp.einsum("bhlp,bhlpd->bhld", q * (incoming / normal)[..., None], kv) * allocation[..., None]
   last = dict(k=cum_k, q=cum_q, k_out=cum_k_out, q_in=cum_q_in, exp=cum_exp, count=count, kv=kv)
@@ -136,11 +137,11 @@ class FlowformerAttention(BaselineAttention):
 
   def validate(self):
     check_form(self.form, self.causal, "FlowformerAttention", release_causal=True)
-    if self.form == "release" and not self.causal:
-      raise ValueError("FlowformerAttention(form='release') is causal only (the release's RL layer); set causal=True")
 
   def attend_heads(self, q, k, v, query_valid, key_valid):
     release = self.form == "release"
+    if release and not self.causal:  # at the call: model configs validate their layers with causal=False
+      raise ValueError("FlowformerAttention(form='release') is causal only (the release's RL layer); set causal=True")
     clamp = RELEASE_CLAMP if release else PAPER_CLAMP
     if release:
       query_valid = key_valid = None  # the release ignores the mask

@@ -30,6 +30,9 @@ from primal_jax.validation import check_positive
 
 # performer-pytorch's `softmax_kernel` eps, added to every feature after the stabilised exp.
 FEATURE_EPS = 1e-4
+# Lower clamp of the normaliser: it binds only for a row with no real key (any real key gives >= ~1e-10);
+# its square is a normal float32, so the clamped division's gradient stays finite (0/tiny^2 would be NaN).
+DENOMINATOR_CLAMP = 1e-18
 
 
 def orthogonal_random_features(key: jax.Array, num_features: int, dim: int) -> jax.Array:
@@ -131,8 +134,7 @@ def performer_attention(
   phi_q = favor_features(q, projection, is_query=True, eps=eps)
   phi_k = favor_features(k, projection, is_query=False, valid=key_valid, eps=eps)
   # The normaliser is > 0 whenever a real key exists (every feature >= eps / sqrt(m)).
-  tiny = float(jnp.finfo(phi_q.dtype).tiny)
-  return kernelized_attention(phi_q, phi_k, v, key_valid, eps=tiny)
+  return kernelized_attention(phi_q, phi_k, v, key_valid, eps=DENOMINATOR_CLAMP)
 
 
 def release_performer_attention(
@@ -150,7 +152,7 @@ def release_performer_attention(
   q, k, v = q.astype(dt) * scale, zero_padded(k.astype(dt) * scale, key_valid), zero_padded(v.astype(dt), key_valid)
   phi_q = favor_features(q, projection, is_query=True)
   phi_k = favor_features(k, projection, is_query=False)
-  return kernelized_attention(phi_q, phi_k, v, None, eps=float(jnp.finfo(dt).tiny))
+  return kernelized_attention(phi_q, phi_k, v, None, eps=DENOMINATOR_CLAMP)
 
 
 _FLOOR = -1e30  # the stabiliser of "no key yet": exp(_FLOOR - c) == 0 for any real c
@@ -195,7 +197,8 @@ def causal_favor(
   exponent = jnp.einsum("bhlp,mp->bhlm", ks, projection.astype(dt)) - 0.5 * jnp.sum(ks * ks, -1, keepdims=True)
   real = valid[:, None, :]  # [B, 1, T]
   c = jnp.where(real, jax.lax.stop_gradient(jnp.max(exponent, axis=-1)), _FLOOR)  # [B, H, T]
-  e = jnp.where(real[..., None], jnp.exp(exponent - jnp.where(real, c, 0.0)[..., None]), 0.0)  # [B, H, T, m]
+  # The exponent is zeroed at padded keys BEFORE the exp: an unbounded one would give exp(inf) * 0 = NaN gradients.
+  e = jnp.where(real[..., None], jnp.exp(jnp.where(real[..., None], exponent - c[..., None], 0.0)), 0.0)
   v = zero_padded(v.astype(dt), key_valid)
   c, s, kv = jax.lax.associative_scan(_rescaled_sum, (c, e, jnp.einsum("bhlm,bhlp->bhlmp", e, v)), axis=2)
   v_sum, count = jnp.cumsum(v, axis=2), jnp.cumsum(jnp.broadcast_to(real, (b, h, t)).astype(dt), axis=2)
@@ -208,7 +211,7 @@ def causal_favor(
   v_sum, count = v_sum + carry["v"][:, :, None], count + carry["count"][:, :, None]
   num = jnp.einsum("bhlm,bhlmp->bhlp", phi_q, kv + eps * v_sum[:, :, :, None, :])
   den = jnp.einsum("bhlm,bhlm->bhl", phi_q, s + eps * count[..., None])
-  out = num / jnp.maximum(den, jnp.finfo(dt).tiny)[..., None]
+  out = num / jnp.maximum(den, DENOMINATOR_CLAMP)[..., None]
   last = dict(c=c[:, :, -1], s=s[:, :, -1], kv=kv[:, :, -1], v=v_sum[:, :, -1], count=count[:, :, -1])
   return out, last
 
