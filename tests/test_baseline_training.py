@@ -22,6 +22,7 @@ from primal_jax.models.decision_transformer import TABLE4_BASELINES, action_mse
 STATE, ACT, K = 3, 2, 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TABLE4_BASELINES)
 def test_decision_transformer_with_each_table4_attention(name):
   """Every layer `name` (causal): finite actions in [-1, 1], finite gradients reaching the attention's

@@ -150,7 +150,8 @@ class BaselineAttention(AttentionShell):
       projection (there is no attention-weight matrix to drop; the
       Nystromformer LRA code that the paper's baselines come from applies none).
     broadcast_dropout: accepted and ignored, as in `PrimalAttention`.
-    decode: True is refused (no decoding cache).
+    decode: True only where `supports_decode` (the constant-state mechanisms keep their running sums in
+      the `cache` collection, `decode_carry`).
     causal: True only where `supports_causal`.
   """
 
