@@ -208,7 +208,7 @@ def measure_matmul_peak(
   keys = jax.random.split(jax.random.PRNGKey(0), 2)
   a, b = (jax.device_put(jax.random.normal(k, (size, size), dtype), device) for k in keys)
   compiled = jax.jit(jnp.matmul).lower(a, b).compile()
-  flops = compiled_flops(compiled) or 2.0 * size**3
+  flops = 2.0 * size**3  # by definition; XLA's cost analysis counts extra on some platforms (GPU: +2.7% at 128)
   samples = call_seconds(compiled, a, b, repeats=repeats)
   seconds = statistics.median(samples)
   return {

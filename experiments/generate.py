@@ -1,81 +1,14 @@
-r"""Generate text from a trained byte-level language model (a workdir of the `lm` config).
+r"""Generate text from a trained byte-level language model: `primal-generate`, run from a checkout.
 
   python -m experiments.generate --workdir=/tmp/lm_primalformer --prompt="Anarchism is" \
     --prompt="The " --max_new_tokens=200 --temperature=0.8 --top_p=0.95 --seed=0
 
-Loads the run's config and checkpoint (the latest, or `--step`), encodes each prompt as UTF-8 bytes and
-samples `--max_new_tokens` bytes after it (`primal_jax.models.generation`: Primal layers decode from their
-O(1) running sums, softmax layers from a key/value cache; the prompts are prefilled in chunks; one compiled
-step for the whole batch). Prints each prompt followed by its continuation (invalid UTF-8 shown as U+FFFD).
-User errors (no checkpoint, a model that is not a causal LM, an empty or too long prompt, top_p outside
-(0, 1]) end in one line on stderr and exit status 2.
+The work is in `primal_jax.training.generate_cli` (flags: `--help`).
 """
 
-from __future__ import annotations
+from primal_jax.training.generate_cli import generate_from_run, main
 
-import sys
-import time
-from collections.abc import Sequence
-
-
-def generate_from_run(
-  workdir: str, prompts: Sequence[str], *, max_new_tokens: int, temperature: float, top_k: int, top_p: float,
-  seed: int, step: int | None = None, prefill_chunk: int = 64,
-) -> list[str]:  # fmt: skip
-  """The continuation of every prompt, decoded from bytes (see the module doc)."""
-  from primal_jax.models import generation
-  from primal_jax.training.experiment import load_run_config, load_state
-
-  options = generation.SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p)
-  config = load_run_config(workdir)
-  if config.model.name != "lm":
-    raise ValueError(
-      f"--workdir {workdir} holds a {config.model.name!r} model; generation needs a causal language model "
-      "(model.name='lm', the lm config)"
-    )
-  if config.data.task != "text_bytes":
-    raise ValueError(f"--workdir {workdir}: prompts are encoded as bytes; its task is {config.data.task!r}")
-  ids = [list(p.encode("utf-8")) for p in prompts]
-  experiment, state = load_state(config, workdir, step=step)
-  out = generation.generate(
-    experiment.built.module, state.params, ids, max_new_tokens=max_new_tokens, options=options, seed=seed,
-    prefill_chunk=prefill_chunk,
-  )  # fmt: skip
-  return [bytes(tokens).decode("utf-8", errors="replace") for tokens in out]
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-  from absl import flags
-
-  fv = flags.FlagValues()
-  on = {"flag_values": fv}
-  flags.DEFINE_string("workdir", None, "Run directory of an LM run (config.json, checkpoints/).", **on)
-  flags.DEFINE_multi_string("prompt", None, "A prompt; repeat for a batch (lengths may differ).", **on)
-  flags.DEFINE_integer("max_new_tokens", 200, "Bytes to generate after each prompt.", **on)
-  flags.DEFINE_float("temperature", 1.0, "Softmax temperature; 0 is greedy.", **on)
-  flags.DEFINE_integer("top_k", 0, "Keep the k most probable bytes (0: all).", **on)
-  flags.DEFINE_float("top_p", 1.0, "Nucleus: the smallest most-probable set reaching this mass, in (0, 1].", **on)
-  flags.DEFINE_integer("seed", 0, "Sampling seed.", **on)
-  flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).", **on)
-  flags.DEFINE_integer("prefill_chunk", 64, "Prompt tokens fed per prefill call.", **on)
-  flags.mark_flags_as_required(["workdir", "prompt"], flag_values=fv)
-  try:
-    rest = fv(list(sys.argv if argv is None else argv))
-    if len(rest) > 1:
-      raise ValueError(f"unexpected positional arguments: {rest[1:]}")
-    start = time.perf_counter()
-    texts = generate_from_run(
-      fv.workdir, fv.prompt, max_new_tokens=fv.max_new_tokens, temperature=fv.temperature, top_k=fv.top_k,
-      top_p=fv.top_p, seed=fv.seed, step=fv.step, prefill_chunk=fv.prefill_chunk,
-    )  # fmt: skip
-  except (flags.Error, ValueError, FileNotFoundError) as err:
-    sys.stderr.write(f"error: {err}\n")
-    sys.exit(2)
-  for prompt, text in zip(fv.prompt, texts, strict=True):
-    print(f"--- {prompt!r}\n{prompt}{text}\n")
-  tokens = len(texts) * fv.max_new_tokens
-  print(f"{tokens} bytes in {time.perf_counter() - start:.1f} s (loading and compiling included)")
-
+__all__ = ["generate_from_run", "main"]
 
 if __name__ == "__main__":
   main()

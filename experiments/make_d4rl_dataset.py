@@ -3,15 +3,17 @@
   python -m experiments.make_d4rl_dataset --env=hopper --level=all --size=100000
 
 writes `<cache>/d4rl/<env>-<level>-v4-n<size>-s<seed>.hdf5` (D4RL layout, sha256 in the `.json` beside it) by
-rolling out the committed behaviour policies (`experiments/results/d4rl/policies/<env>/`), and with `--record`
+rolling out the committed behaviour policies (`primal_jax/rl/policies/<env>/`), and with `--record`
 adds each summary (transitions, episodes, mean return, normalised score, sha256, wall time) to
-`experiments/results/d4rl/datasets.json`.
+`experiments/results/d4rl/datasets.json`. A size below 1 or a policy directory without the level's actors ends
+in one line on stderr and exit status 2, before anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -27,12 +29,21 @@ def main(argv=None):
   p.add_argument("--size", type=int, default=ds.DEFAULT_SIZE, help="transitions per level (medium-expert: 2x)")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--cache_dir", default=None, help="default: $PRIMAL_JAX_DATA or ~/.cache/primal_jax")
-  p.add_argument("--policy_dir", default=None, help="default: the committed experiments/results/d4rl/policies/<env>")
+  p.add_argument("--policy_dir", default=None, help="default: the committed primal_jax/rl/policies/<env>")
   p.add_argument(
     "--record", action="store_true", help=f"add the summaries to {RESULTS.relative_to(RESULTS.parents[3])}"
   )
   args = p.parse_args(argv)
   levels = ds.LEVELS if args.level == "all" else (args.level,)
+  try:
+    if args.size < 1:
+      raise ValueError(f"--size must be an integer >= 1 (transitions per level), got {args.size}")
+    for level in levels:  # every level's actors exist before the first rollout
+      ds.policy_files(args.env, level, args.policy_dir)
+  except (ValueError, FileNotFoundError) as err:
+    where = f"--policy_dir {args.policy_dir}: " if isinstance(err, FileNotFoundError) and args.policy_dir else ""
+    sys.stderr.write(f"error: {where}{err}\n")
+    sys.exit(2)
   record = json.loads(RESULTS.read_text()) if args.record and RESULTS.exists() else {}
   for level in levels:
     t0 = time.time()

@@ -12,7 +12,7 @@ Run the same command again to resume: the workdir holds a checkpoint every `--ch
 picks, from the actor snapshots evaluated along the run, `medium` (stochastic-policy normalised score closest
 to 40 among the first snapshots inside D4RL's medium band 30-50), `expert` (the best) and the medium-replay
 snapshots (evenly spaced from step 0 up to `medium`), re-evaluates medium and expert on 5 episodes, writes them with
-`policies.json` under `experiments/results/d4rl/policies/<env>/`.
+`policies.json` under `primal_jax/rl/policies/<env>/` (package data: the wheel ships them).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import shlex
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-POLICIES = ROOT / "experiments" / "results" / "d4rl" / "policies"
+POLICIES = Path(__file__).resolve().parents[1] / "primal_jax" / "rl" / "policies"  # = rl.datasets.POLICY_ROOT
 EXPORT_EPISODES = 5
 MAX_REPLAY = 8
 

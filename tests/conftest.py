@@ -12,6 +12,36 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 import pytest  # noqa: E402  (after the XLA flag, which must precede any JAX import)
 
 
+def pytest_report_header(config):
+  """The platform the suite runs on, so a log says whether it is the CPU's or an accelerator's numbers."""
+  import jax
+
+  devices = jax.devices()
+  precision = jax.config.jax_default_matmul_precision or "default"
+  return (
+    f"jax {jax.__version__}: backend {jax.default_backend()}, {len(devices)} x {devices[0].device_kind}; "
+    f"default matmul precision {precision} (tests marked matmul_precision set their own)"
+  )
+
+
+@pytest.fixture(autouse=True)
+def _matmul_precision(request):
+  """Runs a test marked `@pytest.mark.matmul_precision("highest")` at that precision.
+
+  A test that compares with float64 NumPy or golden numbers at float32 tolerances needs full float32 matmuls;
+  on an accelerator the default is lower (TF32 on NVIDIA GPUs, bf16 passes on TPUs), which misses such
+  tolerances by ~1e-3. Every other test runs at the platform's default precision.
+  """
+  marker = request.node.get_closest_marker("matmul_precision")
+  if marker is None:
+    yield
+    return
+  import jax
+
+  with jax.default_matmul_precision(marker.args[0]):
+    yield
+
+
 @pytest.fixture(scope="session")
 def jv_tfds_dir(tmp_path_factory):
   """One prepared TFDS copy of JapaneseVowels for the session (skips if the aeon wheel is unreachable)."""

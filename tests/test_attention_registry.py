@@ -23,6 +23,9 @@ from primal_jax.attention import (
 from primal_jax.models import TransformerConfig
 from primal_jax.models.builders import build_model
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, D, H = 2, 7, 8, 2
 
 
@@ -114,8 +117,12 @@ def test_every_registered_mechanism_shares_the_projection_layout():
       extra = {"num_landmarks": N, "conv_kernel_size": 3}
     if name == "primal":
       extra = {"low_rank": 2, "num_samples": 4}
+    if name == "soft":
+      extra = {"num_landmarks": N}
     shapes = jax.eval_shape(cls(num_heads=H, **extra).init, jax.random.key(0), x)["params"]
-    expected = {"query", "key", "out"} | (set() if name == "primal" else {"value"})
+    # Primal-Attention has no value projection, SOFT no key projection (its keys are the queries).
+    expected = {"query", "out"} | set(cls.projections)
+    assert {"key", "value"} <= expected or name in ("primal", "soft"), name
     assert expected <= set(shapes), name
     assert nn.unbox(shapes)["query"]["kernel"].shape == (D, H, D // H), name
     assert nn.unbox(shapes)["out"]["kernel"].shape == (H, D // H, D), name

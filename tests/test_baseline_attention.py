@@ -31,6 +31,9 @@ from primal_jax.attention.baselines import (
 )
 from primal_jax.models import SequenceClassifier, TransformerConfig
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, D, H = 3, 9, 16, 2
 P = D // H
 F64 = np.float64

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import signal
 import time
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from device_utils import devices_for
 from flax import linen as nn
 from flax import struct
 from jax.sharding import NamedSharding, SingleDeviceSharding
@@ -86,7 +88,8 @@ def mesh_sharding(mesh, matrix_spec):
 
 
 def make_mesh(shape):
-  return jax.make_mesh(shape, ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  devices = devices_for(math.prod(shape))
+  return jax.make_mesh(shape, ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=devices)
 
 
 def assert_trees_equal(a, b):

@@ -26,6 +26,9 @@ from primal_jax.convert import cases as convert_cases
 from primal_jax.convert import cli, torch_layout
 from primal_jax.convert.cases import load_case, relative_errors, run_case
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-5  # README: max|jax - golden| <= 1e-5 * max|golden| per array
 KSVD_SCALAR_TOL = 2e-5  # README: RL / NLP KSVD scalars (cancellation in J = Le + Lr - T)
@@ -283,6 +286,29 @@ def test_verify_function_reports_to_the_given_stream():
   assert lines[0].startswith("nlp_causal_layer (PrimalMultiheadAttention")
   assert any(line.rstrip().endswith("FAIL") for line in lines)
   assert cli.verify(path, 1e-4, out=io.StringIO()) is True
+
+
+@pytest.mark.parametrize("flag, expected", [([], "highest"), (["--precision=default"], "default")])
+def test_verify_runs_at_the_precision_it_is_given(monkeypatch, flag, expected):
+  """verify runs each case at full float32 matmul precision unless told otherwise (an accelerator's default,
+  TF32 or bf16 passes, would miss the golden numbers by ~1e-3 and read as a wrong conversion)."""
+  import jax
+
+  if not SHIPPED:
+    pytest.skip(SKIP_REASON)
+  seen = []
+  real_run_case = convert_cases.run_case
+
+  def recording_run_case(case, *args, **kwargs):
+    seen.append(jax.config.jax_default_matmul_precision)
+    return real_run_case(case, *args, **kwargs)
+
+  monkeypatch.setattr(cli, "run_case", recording_run_case)
+  with jax.default_matmul_precision(None):
+    status = cli.main(["verify", str(REFERENCE_DIR / "ts_primal_layer.npz"), *flag])
+  assert seen == [expected]
+  # At the platform's default an accelerator may miss the tolerance (exit 1); at "highest" every platform passes.
+  assert status == 0 if expected == "highest" else status in (0, 1)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,9 @@ import reference_dt_numpy as dtref
 from primal_jax.convert import rl_case
 from primal_jax.convert.cases import load_case, relative_errors, run_case
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 TOL = 1e-5
 KSVD_SCALAR_TOL = 2e-5
 KSVD_SCALARS = ("ksvd_per_sample", "loss_ksvd")

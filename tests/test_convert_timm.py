@@ -24,6 +24,9 @@ from primal_jax.convert import timm as convert_timm
 from primal_jax.convert.vit import model_from_state_dict, nchw_to_nhwc
 from primal_jax.training.checkpoints import Checkpointer
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 TIMM_CASE = Path(__file__).resolve().parent / "data" / "timm_vit_small.npz"
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 TOL = 1e-5
@@ -159,3 +162,25 @@ def test_headless_checkpoint_converts_for_fine_tuning(tmp_path):
   assert "head" not in params and sizes["num_classes"] == 0
   with pytest.raises(ValueError, match="no head"):
     model_from_state_dict(sd, 3)
+
+
+def test_timm_command_refuses_a_non_square_grid_or_non_finite_weights(tmp_path, capsys):
+  """Issue 26.11: both wrote a checkpoint (a model that cannot be built; NaN outputs after fine-tuning)."""
+  sd = _tiny_state_dict(depth=12)
+  rng = np.random.default_rng(0)
+  oblong = dict(sd, pos_embed=rng.normal(size=(1, 7, 192)).astype(np.float32))  # 6 patch rows: not k x k
+  nan = dict(sd)
+  nan["blocks.3.mlp.fc1.weight"] = sd["blocks.3.mlp.fc1.weight"].copy()
+  nan["blocks.3.mlp.fc1.weight"][5, 7] = np.nan
+  inf = dict(sd, cls_token=np.full_like(sd["cls_token"], np.inf))
+  for name, state_dict, message in (
+    ("oblong", oblong, "pos_embed [1, 7, 192] holds 6 patch positions: not a square grid"),
+    ("nan", nan, "non-finite values (NaN or inf) in blocks.3.mlp.fc1.weight (1 of 147456)"),
+    ("inf", inf, "non-finite values (NaN or inf) in cls_token (192 of 192)"),
+  ):
+    np.savez(tmp_path / f"{name}.npz", **state_dict)
+    out = tmp_path / f"out_{name}"
+    assert cli.main(["timm", str(tmp_path / f"{name}.npz"), str(out), "--model=deit_tiny_patch16_32"]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}.npz: error: checkpoint: " in err and message in err and err.count("\n") == 1, err
+    assert not out.exists()

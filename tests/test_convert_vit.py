@@ -23,6 +23,9 @@ from primal_jax.convert import cli
 from primal_jax.convert import vit as convert_vit
 from primal_jax.convert.cases import load_case, relative_errors, run_case
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 TOL = 1e-5  # README: max|jax - golden| <= 1e-5 * max|golden| per array
 
 

@@ -23,6 +23,9 @@ from primal_jax.models import DecisionTransformer, TransformerConfig, dt_config
 from primal_jax.models.blocks import MlpBlock, TransformerStack
 from primal_jax.models.decision_transformer import action_mse, get_action, with_masking
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 STATE, ACT, K, EP = 3, 2, 5, 40
 SIZES = dict(num_layers=2, dim=16, num_heads=2, low_rank=4, hidden_dim=24)
 

@@ -13,6 +13,9 @@ from flax import linen as nn
 
 from primal_jax.attention import PrimalAttention, SoftmaxAttention
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, D, H, S = 2, 9, 16, 2, 3
 P = D // H
 

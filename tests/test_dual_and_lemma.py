@@ -17,6 +17,9 @@ from primal_jax.dual import (
 from primal_jax.ksvd import PAPER, RELEASE_SEQUENCE, KSVDSpec, ksvd_objective, ksvd_terms
 from primal_jax.scores import data_dependent_weights, primal_scores
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 N, P, S, NS = 12, 8, 4, 6  # positions, per-head width, directions, sampled rows
 
 

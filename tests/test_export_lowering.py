@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+from device_utils import devices_for
 from flax import linen as nn
 from jax import export
 from train_utils import tiny_optimizer_config
@@ -125,7 +126,7 @@ def _experiment(family: str, mesh_shape) -> tuple[Experiment, dict]:
   built = build_model(model_config, info)
   tx, schedule = make_optimizer(tiny_optimizer_config(), 100)
   batch = make_batch(np.random.default_rng(0))
-  mesh = make_mesh(mesh_shape)
+  mesh = make_mesh(mesh_shape, devices_for(8))
   init_fn = make_init_fn(built.module, tx, tuple(batch[k][:1] for k in built.input_keys))
   rng = jax.random.PRNGKey(0)
   abstract, shardings = abstract_state(init_fn, rng, mesh)

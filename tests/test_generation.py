@@ -116,7 +116,7 @@ def test_bad_requests_name_the_argument():
   with pytest.raises(ValueError, match="prompts must not be empty"):
     gen.generate(model, params, [[1, 2], []], max_new_tokens=2, options=ok)
   with pytest.raises(ValueError, match="exceeds the model's max_len 24"):
-    gen.generate(model, params, [[1] * 20], max_new_tokens=5, options=ok)
+    gen.generate(model, params, [[1] * 20], max_new_tokens=6, options=ok)
   with pytest.raises(ValueError, match="token ids must lie in"):
     gen.generate(model, params, [[1, VOCAB]], max_new_tokens=2, options=ok)
   with pytest.raises(ValueError, match="max_new_tokens"):
@@ -151,6 +151,76 @@ def test_the_cache_is_donated_to_each_step():
   cache = init_cache(model, 2)
   filled = prefill(params, cache, jnp.ones((2, 3), jnp.int32))
   assert all(leaf.is_deleted() for leaf in jax.tree.leaves(cache))
-  _, after = step(params, filled, jnp.ones((2,), jnp.int32), jax.random.key(0))
+  _, after = step(params, filled, jnp.ones((2,), jnp.int32), jax.random.split(jax.random.key(0), 2))
   assert all(leaf.is_deleted() for leaf in jax.tree.leaves(filled))
   assert int(after["position"]) == 4
+
+
+@pytest.mark.parametrize("temperature", [gen.MIN_TEMPERATURE, 2e-38, 1e-37, 1e-30, 1e-6])
+def test_tiny_temperatures_sample_the_argmax(temperature):
+  """Issue 26.5: logits / temperature overflowed to inf (two infs: NaN) and sampled token 0, not the argmax."""
+  logits = jnp.asarray([[6.9, 7.0, 0.5, -2.0], [-1.0, -3.0, 2.0, 1.9], [5.0, 4.0, 3.0, 4.999]], jnp.float32)
+  options = gen.SamplingOptions(temperature=temperature, top_p=0.9)
+  for seed in range(4):
+    keys = jax.random.split(jax.random.key(seed), 3)
+    np.testing.assert_array_equal(gen.sample_token(logits, keys, options), [1, 2, 0])
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 1e-40, 1.1e-38])
+def test_temperatures_below_the_smallest_normal_float32_are_refused(temperature):
+  with pytest.raises(ValueError, match=r"temperature must be 0 \(greedy\) or >= 1.17"):
+    gen.SamplingOptions(temperature=temperature)
+
+
+def test_sampling_matches_the_softmax_of_logits_over_temperature():
+  """Per-row keys sample each row from softmax(logits / T): frequencies against float64 NumPy (4000 draws)."""
+  logits = np.asarray([[0.0, 1.0, 2.0, -1.0], [3.0, 0.5, 0.5, 0.0]], np.float32)
+  options = gen.SamplingOptions(temperature=1.7)
+  keys = jax.random.split(jax.random.key(0), (4000, 2))
+  draws = np.asarray(jax.vmap(lambda k: gen.sample_token(jnp.asarray(logits), k, options))(keys))  # [4000, 2]
+  z = logits.astype(np.float64) / 1.7
+  want = np.exp(z - z.max(-1, keepdims=True))
+  want /= want.sum(-1, keepdims=True)
+  for row in range(2):
+    freq = np.bincount(draws[:, row], minlength=4) / len(draws)
+    np.testing.assert_allclose(freq, want[row], atol=0.03)  # > 4 standard errors of 4000 draws
+
+
+@pytest.mark.parametrize("layers", [("softmax", "primal"), ("primal", "primal")])
+def test_a_sampled_row_is_what_the_prompt_gives_alone(layers):
+  """Issue 26.5: one key for the whole batch made a row depend on its neighbours and its place in the batch."""
+  model, params = _lm(layers)
+  warm = gen.SamplingOptions(temperature=1.5, top_p=0.95)
+  batch = gen.generate(model, params, PROMPTS, max_new_tokens=8, options=warm, seed=7)
+  assert len({tuple(new) for new in batch}) == 3
+  for prompt, new in zip(PROMPTS, batch, strict=True):
+    assert gen.generate(model, params, [prompt], max_new_tokens=8, options=warm, seed=7) == [new]
+  assert gen.generate(model, params, PROMPTS[::-1], max_new_tokens=8, options=warm, seed=7) == batch[::-1]
+  # Several samples of one prompt: one seed per prompt; each row is still what its seed gives alone.
+  twice = gen.generate(model, params, [PROMPTS[0]] * 2, max_new_tokens=8, options=warm, seed=[7, 8])
+  assert twice[0] == batch[0] and twice[1] != twice[0]
+  assert twice[1] == gen.generate(model, params, [PROMPTS[0]], max_new_tokens=8, options=warm, seed=8)[0]
+
+
+def test_seeds_are_checked():
+  model, params = _lm()
+  ok = gen.SamplingOptions()
+  for bad in (2**63, -(2**63) - 1, 1.5, True, [1, 2]):
+    with pytest.raises(ValueError, match="seed"):
+      gen.generate(model, params, [[1]], max_new_tokens=1, options=ok, seed=bad)
+
+
+@pytest.mark.parametrize("layers", [("softmax", "primal"), ("primal", "primal")])
+def test_a_prompt_of_max_len_tokens_gets_one_new_token(layers):
+  """Issue 26.5: the last new token is never fed back, so prompt + new tokens may be max_len + 1 long."""
+  model, params = _lm(layers)
+  greedy = gen.SamplingOptions(temperature=0.0)
+  prompt = [int(t) for t in np.random.default_rng(0).integers(0, VOCAB, MAX_LEN)]
+  for cut, new in ((MAX_LEN, 1), (MAX_LEN - 1, 2), (MAX_LEN - 3, 4)):
+    (out,) = gen.generate(model, params, [prompt[:cut]], max_new_tokens=new, options=greedy)
+    seq = jnp.asarray([(prompt[:cut] + out)[:MAX_LEN]], jnp.int32)
+    predicted = np.asarray(jnp.argmax(model.apply({"params": params}, seq)[0], -1))
+    np.testing.assert_array_equal(predicted[cut - 1 :], out[-(MAX_LEN - cut + 1) :])
+  for cut, new in ((MAX_LEN, 2), (MAX_LEN - 1, 3), (MAX_LEN + 1, 0 + 1)):
+    with pytest.raises(ValueError, match=f"exceeds the model's max_len {MAX_LEN}"):
+      gen.generate(model, params, [[1] * cut], max_new_tokens=new, options=greedy)

@@ -14,6 +14,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from primal_jax.configs.vit import IMAGENET_MEAN, IMAGENET_STD
 from primal_jax.convert.timm import write_params_checkpoint
 from primal_jax.convert.vit import model_from_state_dict
 from primal_jax.data import registry
@@ -199,8 +200,9 @@ def test_vit_builder_and_config(folder):
 
 
 def _smoke_config(folder, **model):
-  config = load_config(f"{CONFIG}:model=primal_plus,smoke")
+  config = load_config(f"{CONFIG}:model=primal_plus,smoke")  # its data: Fashion-MNIST; here an RGB folder
   config.data.update(dataset="image_folder", source=str(folder), image_size=16, crop_pct=1.0, val_fraction=0.25)
+  config.data.update(channels=3, mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_batch_size=16)
   config.test_eval, config.best_metric = "best_validation", "validation/accuracy"
   config.model.update(model)
   return config
@@ -265,7 +267,8 @@ def test_pretrained_weights_as_a_run_for_figure_1(tmp_path):
       (folder / split / f"c{c}").mkdir(parents=True)
       Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / split / f"c{c}" / "a.png")
   config = load_config(f"{CONFIG}:model=deit,smoke")
-  config.data.update(dataset="image_folder", source=str(folder), image_size=32, crop_pct=1.0)
+  config.data.update(dataset="image_folder", source=str(folder), image_size=32, crop_pct=1.0, channels=3)
+  config.data.update(mean=IMAGENET_MEAN, std=IMAGENET_STD)
   config.model.update(patch_size=8, dim=48, num_heads=3, hidden_dim=192, drop_path_rate=0.0)
   config.init_from = str(pretrained)
   origin = write_initial_run(config, tmp_path / "run")
@@ -277,3 +280,63 @@ def test_pretrained_weights_as_a_run_for_figure_1(tmp_path):
   assert [layer["kind"] for layer in result["runs"][0]["layers"]] == ["softmax", "softmax"]
   with pytest.raises(ValueError, match="already holds a run"):
     write_initial_run(config, tmp_path / "run")
+
+
+@pytest.fixture(scope="module")
+def fashion_mnist_cache(tmp_path_factory):
+  """A cache root ($PRIMAL_JAX_DATA) holding the pinned Fashion-MNIST files: the default one if it has them,
+  else a fresh one they are fetched into from Debian's package (skipped when the registry is unreachable)."""
+  from primal_jax.data import fashion_mnist
+  from primal_jax.data.cache import default_cache_dir
+  from primal_jax.data.debian import DebianFetchUnavailable
+
+  try:
+    for split in ("train", "test"):
+      fashion_mnist.load_fashion_mnist(split, default_cache_dir() / "fashion_mnist")
+    return default_cache_dir()
+  except (FileNotFoundError, ValueError):
+    pass
+  root = tmp_path_factory.mktemp("primal_jax_cache")
+  try:
+    fashion_mnist.fetch_fashion_mnist(root)
+  except DebianFetchUnavailable as e:
+    pytest.skip(f"Debian package registry unreachable: {e}")
+  return root
+
+
+@pytest.mark.slow  # ~60 s on 2 shared CPU cores: a fresh Python, compiles, 16,000 evaluation images
+def test_vit_smoke_trains_on_the_embedded_fashion_mnist_through_the_binary(fashion_mnist_cache, tmp_path):
+  """Issue 26.9: `--config=vit:smoke` needed an ImageNet folder and ended in a traceback."""
+  import os
+  import subprocess
+  import sys
+
+  root = Path(__file__).resolve().parents[1]
+  env = {**os.environ, "PRIMAL_JAX_DATA": str(fashion_mnist_cache), "XLA_FLAGS": "", "PYTHONPATH": str(root)}
+  command = [sys.executable, "-m", "experiments.main", "--config=vit:smoke", f"--workdir={tmp_path / 'run'}"]
+  result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert summary["steps"] == 4 and summary["test_eval"] == "best_validation"
+  test = summary["test_at_best_validation"]
+  assert 0.0 <= test["accuracy"] <= 1.0 and test["accuracy"] * 10_000 == pytest.approx(round(test["accuracy"] * 1e4))
+  config = json.loads((tmp_path / "run" / "config.json").read_text())
+  assert config["data"]["dataset"] == "fashion_mnist" and config["data"]["channels"] == 1
+
+
+def test_the_binary_refuses_a_mix_probability_above_one_in_one_line(folder, tmp_path):
+  """Issue 26.10: `--config.data.mix.prob=1.5` ended in a ValueError traceback."""
+  import os
+  import subprocess
+  import sys
+
+  root = Path(__file__).resolve().parents[1]
+  env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(root)}
+  command = [
+    sys.executable, "-m", "experiments.main", "--config=vit", f"--workdir={tmp_path / 'run'}",
+    "--config.data.dataset=image_folder", f"--config.data.source={folder}", "--config.data.mix.prob=1.5",
+  ]  # fmt: skip
+  result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+  lines = result.stderr.strip().splitlines()
+  assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+  assert lines == ["python -m experiments.main: error: data.mix.prob must be in [0, 1], got 1.5"], lines

@@ -17,6 +17,7 @@ import pytest
 from primal_jax.data.core import InputPipeline
 from primal_jax.data.images import ImageArrays, ImageCollate
 from primal_jax.data.label_mixing import LabelMixing, label_mixing
+from primal_jax.errors import ConfigError
 from primal_jax.training.objectives import Classification
 
 
@@ -49,9 +50,14 @@ def test_off_is_none_and_smoothing_alone():
   np.testing.assert_allclose(out["label_probs"], _one_hot_smoothed(batch["label"], 5, 0.1), rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("options", [{"mixup_alpha": -1.0}, {"prob": 1.5}, {"label_smoothing": 1.0}, {"alpha": 1}])
+@pytest.mark.parametrize(
+  "options",
+  [{"mixup_alpha": -1.0}, {"prob": 1.5}, {"prob": float("nan")}, {"prob": "often"}, {"label_smoothing": 1.0},
+   {"alpha": 1}],
+)  # fmt: skip
 def test_bad_options_name_the_key(options):
-  with pytest.raises(ValueError, match=r"data\.mix"):
+  """A ConfigError (the training binary prints it as one line; issue 26.10: data.mix.prob=1.5 was a traceback)."""
+  with pytest.raises(ConfigError, match=r"data\.mix\.?\w* "):
     label_mixing(options, 10)
 
 

@@ -22,7 +22,7 @@ from test_notebook import KERNEL, _one, _pin_kernel_to_this_interpreter, _stdout
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-FAMILIES = ("drop_in", "lra_listops", "decision_transformer", "vision", "generation")
+FAMILIES = ("drop_in", "drop_in_nnx", "lra_listops", "decision_transformer", "vision", "generation")
 CELL_TIMEOUT_S = 300
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -72,7 +72,7 @@ def _attention_options_exist(config) -> None:
 
 
 @pytest.mark.parametrize("smoke", [True, False], ids=["smoke", "full"])
-@pytest.mark.parametrize("name", [n for n in FAMILIES if n != "drop_in"])  # drop_in has no library config
+@pytest.mark.parametrize("name", [n for n in FAMILIES if not n.startswith("drop_in")])  # no library config
 def test_config_cells_build_locked_configs(name, smoke, tmp_path, monkeypatch):
   """The cells tagged `config` run in order as they do in the notebook, for both sizes: they load the library's
   configs by name (locked, so an override of an option that does not exist raises) and yield ConfigDicts."""
@@ -135,6 +135,24 @@ def test_drop_in_runs(tmp_path, monkeypatch):
     first, last, accuracy = map(float, re.findall(pattern, text, re.M)[0])
     assert last < first and 0.6 < accuracy <= 1.0, (model, first, last, accuracy)  # chance: about 0.5 and 0.1
   _figures(tmp_path, "drop_in_curves.png")
+  assert _images(nb) == 1
+
+
+@pytest.mark.slow  # two training steps (nnx.MultiHeadAttention, Primal) and two decoding steps to compile
+def test_drop_in_nnx_runs(tmp_path, monkeypatch):
+  nb, text = _run("drop_in_nnx", tmp_path, monkeypatch)
+  for model in ("softmax \\(nnx.MultiHeadAttention\\)", "Primal"):
+    pattern = rf"^{model}: task loss ([\d.]+) \(first 5 steps\) -> ([\d.]+) \(last 5\), accuracy ([\d.]+)"
+    first, last, accuracy = map(float, re.findall(pattern, text, re.M)[0])
+    assert last < first and accuracy > 0.2, (model, first, last, accuracy)  # chance: about 0.11
+    diff, state = re.findall(
+      rf"^{model}: decoded vs full forward max \|diff\| ([\d.e+-]+), decoding state (\d+)", text, re.M
+    )[0]
+    assert float(diff) < 1e-4
+  states = [int(n) for n in re.findall(r"decoding state (\d+) numbers", text)]
+  assert states[1] < states[0]  # Primal's running sums against softmax's key/value cache
+  assert "-> generated" in text
+  _figures(tmp_path, "drop_in_nnx_curves.png")
   assert _images(nb) == 1
 
 

@@ -50,11 +50,26 @@ def _modules() -> set[str]:
   return {p.relative_to(ROOT).as_posix() for p in (ROOT / "primal_jax").rglob("*.py") if "__pycache__" not in p.parts}
 
 
+def _package_data() -> set[str]:
+  """The data files a packaged config reads (the d4rl config's behaviour policies) and the PEP 561 marker."""
+  policies = {p.relative_to(ROOT).as_posix() for p in (ROOT / "primal_jax" / "rl" / "policies").rglob("*.*")}
+  assert any(n.endswith("hopper/medium.npz") for n in policies) and any(n.endswith(".json") for n in policies)
+  return policies | {"primal_jax/py.typed"}
+
+
+def test_no_library_path_points_outside_the_package():
+  """What a packaged config reads ships with the package: no module reaches into the checkout around it."""
+  for path in (ROOT / "primal_jax").rglob("*.py"):
+    text = path.read_text()
+    assert "parents[" not in text and ".parent.parent" not in text, path
+    assert '"experiments"' not in text and "'experiments'" not in text, path
+
+
 def test_wheel_ships_the_library_its_marker_and_license_and_nothing_else(dist):
   names = set(zipfile.ZipFile(dist["wheel"]).namelist())
   info = f"primal_jax-{primal_jax.__version__}.dist-info"
   assert {f"{info}/licenses/LICENSE", f"{info}/METADATA", f"{info}/entry_points.txt"} <= names
-  assert {n for n in names if not n.startswith(info)} == _modules() | {"primal_jax/py.typed"}
+  assert {n for n in names if not n.startswith(info)} == _modules() | _package_data()
   assert not any(n.startswith(("tests/", "experiments/", "benchmarks/", "notebooks/", "docs/")) for n in names)
   license_text = zipfile.ZipFile(dist["wheel"]).read(f"{info}/licenses/LICENSE").decode()
   assert "Apache License\n                           Version 2.0, January 2004" in license_text
@@ -62,6 +77,7 @@ def test_wheel_ships_the_library_its_marker_and_license_and_nothing_else(dist):
   entry_points = zipfile.ZipFile(dist["wheel"]).read(f"{info}/entry_points.txt").decode()
   assert "primal-train = primal_jax.training.cli:run" in entry_points
   assert "primal-convert = primal_jax.convert.cli:main" in entry_points
+  assert "primal-generate = primal_jax.training.generate_cli:main" in entry_points
 
 
 def test_sdist_holds_the_library_and_its_records_but_not_the_tests(dist):
@@ -69,7 +85,7 @@ def test_sdist_holds_the_library_and_its_records_but_not_the_tests(dist):
     prefix = f"primal_jax-{primal_jax.__version__}/"
     names = {m.name.removeprefix(prefix) for m in tar.getmembers() if m.isfile()}
   assert set(TOP_FILES) <= names
-  assert _modules() | {"primal_jax/py.typed"} <= names
+  assert _modules() | _package_data() <= names
   assert not any(n.startswith("tests/") for n in names)
 
 

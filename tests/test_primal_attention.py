@@ -19,6 +19,9 @@ from primal_jax.feature_maps import cosine_feature_map, softmax_kernel_feature_m
 from primal_jax.ksvd import PAPER, RELEASE_LRA, RELEASE_SEQUENCE, KSVDSpec, collect_terms, ksvd_loss, ksvd_objective
 from primal_jax.sampling import padding_aware_positions, release_sample_indices
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, D, H, S, NS = 3, 10, 16, 2, 3, 6
 P = D // H
 

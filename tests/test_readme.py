@@ -2,6 +2,7 @@
 
 import pathlib
 import re
+import subprocess
 
 import numpy as np
 
@@ -28,6 +29,23 @@ def test_readme_has_two_commands_first():
   assert '".[test]"' in fences[1][1] and "pytest" in fences[1][1]
   assert "pytest -n 2" in fences[1][1]  # both cores (pytest-xdist, in the test extra)
   assert text.index(fences[0][1]) < text.index(fences[1][1]) < text.index("## ")  # the README starts with them
+
+
+def test_ci_runs_the_readme_blocks_as_written():
+  """.ci/run extracts the README's two commands exactly (it runs the first in a fresh venv, the second after)."""
+  fences = re.findall(r"```(\w*)\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+  for n in (1, 2):
+    out = subprocess.run(["bash", ".ci/run", "--readme-block", str(n)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == fences[n - 1][1], (n, out.stdout, out.stderr)
+  script = (ROOT / ".ci" / "run").read_text()
+  assert "\nset -euo pipefail\n" in script
+  assert "final test/accuracy" in script  # the first block must end by printing it
+  configs = sorted(p.stem for p in (ROOT / "primal_jax" / "configs").glob("[!_]*.py"))
+  default_smokes = re.search(r"smokes=\$\{PRIMAL_JAX_CI_SMOKES-([\w ]+)\}", script).group(1).split()
+  assert sorted(default_smokes) == configs  # every family's smoke config, through the installed wheel
+  for command in ('"$wheel[train,rl]"', "primal-train --help", "primal-train --list_configs", "primal-generate",
+                  "primal-convert verify", "readme_block 2"):  # fmt: skip
+    assert command in script, command
 
 
 def test_readme_is_short_and_every_relative_link_resolves():

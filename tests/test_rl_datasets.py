@@ -96,3 +96,35 @@ def test_cli_writes_and_then_reads_the_cache(policy_dir, tmp_path, capsys):
   make_d4rl_dataset.main(argv)
   again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
   assert again["sha256"] == first["sha256"] == ds.sha256_file(tmp_path / "d4rl" / "hopper-medium-expert-v4-n60-s0.hdf5")
+
+
+@pytest.mark.parametrize("size", ["0", "-5"])
+def test_cli_refuses_a_size_below_one_in_one_line(policy_dir, tmp_path, capsys, size):
+  """Issue 26.7: --size=0 exited 0 and reported a NaN mean return and score; -5 ended in a traceback."""
+  from experiments import make_d4rl_dataset
+
+  with pytest.raises(SystemExit) as exit_info:
+    make_d4rl_dataset.main([f"--size={size}", f"--cache_dir={tmp_path}", f"--policy_dir={policy_dir}"])
+  assert exit_info.value.code == 2
+  captured = capsys.readouterr()
+  assert (
+    captured.out == ""
+    and captured.err == f"error: --size must be an integer >= 1 (transitions per level), got {size}\n"
+  )
+  assert not (tmp_path / "d4rl").exists()
+  for bad in (0, -5):
+    with pytest.raises(ValueError, match="size must be an integer >= 1"):
+      ds.generate("hopper", "medium", size=bad, policy_dir=policy_dir)
+
+
+def test_cli_names_a_missing_policy_dir_in_one_line(tmp_path, capsys):
+  from experiments import make_d4rl_dataset
+
+  with pytest.raises(SystemExit) as exit_info:
+    make_d4rl_dataset.main(["--size=10", f"--cache_dir={tmp_path}", f"--policy_dir={tmp_path / 'nowhere'}"])
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err
+  assert (
+    err.startswith(f"error: --policy_dir {tmp_path / 'nowhere'}: no behaviour policy for hopper/medium")
+    and err.count("\n") == 1
+  )

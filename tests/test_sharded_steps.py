@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
+from device_utils import devices_for
 from flax import linen as nn
 from train_utils import TINY_INFO, random_batch, tiny_model_config, tiny_optimizer_config
 
@@ -52,18 +53,21 @@ def run_steps(devices, mesh_shape, family="primalformer", norm_type="layer"):
 
 @pytest.fixture(scope="module")
 def single_device():
-  return {family: run_steps(jax.devices()[:1], (1, 1), family) for family in ("primalformer", "primal_plus")}
+  return {family: run_steps(devices_for(8)[:1], (1, 1), family) for family in ("primalformer", "primal_plus")}
 
 
-def test_eight_fake_devices_exist():
-  assert jax.device_count() == 8, "tests/conftest.py must set --xla_force_host_platform_device_count=8"
+def test_eight_devices_exist():
+  devices = devices_for(8)
+  assert len({d.id for d in devices}) == 8
+  if jax.default_backend() == "cpu":
+    assert jax.device_count() == 8, "tests/conftest.py must set --xla_force_host_platform_device_count=8"
 
 
 @pytest.mark.parametrize("family", ["primalformer", "primal_plus"])
 @pytest.mark.parametrize("mesh_shape", [(8, 1), (4, 2), (2, 4)])
 def test_sharded_steps_match_single_device(single_device, family, mesh_shape):
   ref_losses, ref_params, *_, ref_sums = single_device[family]
-  losses, params, state, abstract, sums = run_steps(jax.devices(), mesh_shape, family)
+  losses, params, state, abstract, sums = run_steps(devices_for(8), mesh_shape, family)
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-6)
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(ref_params), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=jax.tree_util.keystr(path))
@@ -73,7 +77,7 @@ def test_sharded_steps_match_single_device(single_device, family, mesh_shape):
 
 
 def test_heads_are_split_over_the_model_axis():
-  *_, state, abstract, _ = run_steps(jax.devices(), (4, 2))
+  *_, state, abstract, _ = run_steps(devices_for(8), (4, 2))
   attention = state.params["encoder"]["block_0"]["attention"]
   we = attention["We"]  # [H, n, s], heads over "model"
   assert we.sharding.spec[0] == "model"
@@ -94,8 +98,8 @@ def test_heads_are_split_over_the_model_axis():
 
 
 def test_batchnorm_statistics_sharded_match_single_device():
-  ref_losses, ref_params, ref_state, *_ = run_steps(jax.devices()[:1], (1, 1), norm_type="batch")
-  losses, params, state, *_ = run_steps(jax.devices(), (8, 1), norm_type="batch")
+  ref_losses, ref_params, ref_state, *_ = run_steps(devices_for(8)[:1], (1, 1), norm_type="batch")
+  losses, params, state, *_ = run_steps(devices_for(8), (8, 1), norm_type="batch")
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
   a = jax.device_get(state.model_state["batch_stats"])
   b = jax.device_get(ref_state.model_state["batch_stats"])
@@ -122,7 +126,7 @@ def test_bad_mesh_shape(shape, match):
 
 
 def test_global_batch_rejects_indivisible_batch():
-  mesh = make_mesh((8, 1))
+  mesh = make_mesh((8, 1), devices_for(8))
   with pytest.raises(ValueError, match="divisible by the mesh's data axis"):
     global_batch(random_batch(0, batch=6), mesh)
 

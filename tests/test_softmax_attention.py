@@ -14,6 +14,9 @@ from flax import linen as nn
 
 from primal_jax.attention import SoftmaxAttention
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, M, D, H = 3, 7, 5, 16, 2
 P = D // H
 

@@ -23,6 +23,9 @@ from primal_jax.attention import PrimalAttention, SoftmaxAttention
 from primal_jax.attention.shell import SPECTRUM_COLLECTION
 from primal_jax.feature_maps import random_feature_projection
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 ROOT = Path(__file__).resolve().parents[1]
 B, N, D, H = 3, 10, 8, 2  # p = 4 per head
 

@@ -29,6 +29,9 @@ from primal_jax.ksvd import RELEASE_SEQUENCE, collect_terms, ksvd_loss_per_sampl
 from primal_jax.models.config import TransformerConfig, model_layers
 from primal_jax.models.timeseries import TimeSeriesClassifier, timeseries_config
 
+# Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, L, C, D, H, FF, CLASSES = 3, 11, 3, 32, 4, 48, 5
 PADS = (0, 3, 7)  # padded steps at the end of each sequence
 LOGITS_TOL = 1e-5  # float32 model vs float64 reference, max|diff| / max|ref|

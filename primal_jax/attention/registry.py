@@ -22,9 +22,12 @@ from primal_jax.attention.baselines import (
   FlowformerAttention,
   LinearAttention,
   LinformerAttention,
+  LongformerAttention,
   NystromAttention,
   PerformerAttention,
   ReformerAttention,
+  SoftAttention,
+  YosoAttention,
 )
 from primal_jax.attention.gpt2 import GPT2Attention
 from primal_jax.attention.primal import PrimalAttention
@@ -46,6 +49,10 @@ _ATTENTIONS: dict[str, type[AttentionShell]] = {
   # Issue 28 (release parity): the release's LRA Reformer and its RL Flowformer.
   "reformer": ReformerAttention,
   "flowformer": FlowformerAttention,
+  # Non-release baselines of the paper's tables, against their authors' code (tools/upstream_baselines.py).
+  "longformer": LongformerAttention,
+  "yoso_e": YosoAttention,
+  "soft": SoftAttention,
 }
 ATTENTIONS = types.MappingProxyType(_ATTENTIONS)  # read-only view; extend with `register_attention`
 

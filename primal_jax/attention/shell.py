@@ -122,7 +122,7 @@ class AttentionShell(nn.Module):
     dropout_rng: jax.Array | None,
     sow_weights: bool,
   ) -> jax.Array:
-    """The mechanism's core: q [B, N, H, p], k/v [B, M, H, p] (v None without a value projection) -> [B, N, H, p].
+    """The mechanism's core: q [B, N, H, p], k/v [B, M, H, p] (None without that projection) -> [B, N, H, p].
 
     `inputs_k` is the raw keys input [B, M, D] (Primal-Attention samples its rows).
     """
@@ -213,7 +213,7 @@ class AttentionShell(nn.Module):
     projected = {name: project(name=name)(sources[name]) for name in self.projections}  # [B, N|M, H, p]
     heads_out = self.attend(
       projected["query"],
-      projected["key"],
+      projected.get("key"),
       projected.get("value"),
       inputs_k=inputs_k,
       mask=mask,

@@ -7,7 +7,8 @@ Arguments (`:model=...,low_rank=...,short`):
   model: deit (softmax everywhere) | primal_plus (Primal.+DeiT: the last `num_primal` blocks Primal, the
     release's CV form) | primalformer (every block Primal) | any registered attention name (baselines).
   low_rank: s (the paper's {32, 64, 96}; the release's script uses 96). num_primal: 1 (the paper's Table 5).
-  short: Fashion-MNIST on 2 CPU cores (below). smoke: a seconds-long run (tests); wins over `short`.
+  short: Fashion-MNIST on 2 CPU cores (below). smoke: a seconds-long run (tests, CI) on the embedded
+    Fashion-MNIST, like every family's smoke (no ImageNet folder needed); wins over `short`.
 
 The paper's recipe (Table 5, ImageNet-100 = 100 ImageNet-1k classes, 224 x 224): DeiT-S/16 (12 blocks,
 width 384, 6 heads) 74.2% top-1 vs Primal.+DeiT-S/16 75.7%; 300 epochs, AdamW, lr 5e-4 x batch / 512,
@@ -141,11 +142,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 1_000
     config.best_metric = "validation/accuracy"
     config.test_eval = "best_validation"
-  if args["smoke"]:
+  if args["smoke"]:  # the embedded Fashion-MNIST (fetched from Debian's package once), as `short`
+    config.data.augment.update(random_resized_crop=False, flip_prob=0.0, rand_augment=False, erase_prob=0.0)
+    config.data.update(
+      dataset="fashion_mnist", image_size=28, channels=1, mean=(0.5,), std=(0.5,), val_fraction=0.1, crop_pct=1.0
+    )
+    config.best_metric = "validation/accuracy"
+    config.test_eval = "best_validation"
     config.model.update(layers=model_layers(stack, 2, min(args["num_primal"], 2)), patch_size=4, dim=16)
     config.model.update(num_heads=2, hidden_dim=32)
     config.model.attention.primal.low_rank = 4
-    config.data.update(batch_size=8, eval_batch_size=16)
+    config.data.update(batch_size=8, eval_batch_size=500)  # 16,000 evaluation images: 32 batches
     config.optimizer.update(warmup_steps=0, schedule="constant")
     config.num_epochs = 0
     config.total_steps = 4

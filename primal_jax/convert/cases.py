@@ -28,6 +28,7 @@ from primal_jax.errors import ConfigError
 from primal_jax.ksvd import RELEASE_SEQUENCE, KSVDSpec, collect_terms, ksvd_loss, ksvd_loss_per_sample
 from primal_jax.models import SequenceClassifier, TransformerConfig
 from primal_jax.sampling import release_sample_indices
+from primal_jax.validation import check_choice
 
 
 @dataclasses.dataclass
@@ -202,13 +203,29 @@ RUNNERS: dict[str, Callable[[ReferenceCase], dict]] = {
 }
 
 
-def run_case(case: ReferenceCase) -> dict[str, np.ndarray]:
-  """Our outputs for every golden output we can compute, as numpy arrays."""
+FRONTENDS = ("linen", "nnx")
+
+
+def run_case(case: ReferenceCase, frontend: str = "linen") -> dict[str, np.ndarray]:
+  """Our outputs for every golden output we can compute, as numpy arrays.
+
+  frontend "nnx" runs every attention layer of the case as its `primal_jax.nnx` layer
+  (`primal_jax.nnx.through_nnx`); a case without one is a ValueError.
+  """
+  check_choice(frontend, FRONTENDS, "frontend")
   module_class = case.meta.get("torch_module", {}).get("class", "").split(" ")[0]
   if module_class not in RUNNERS:
     raise ValueError(f"case {case.name!r}: unsupported module class {module_class!r}; known: {tuple(RUNNERS)}")
   try:
-    outputs = RUNNERS[module_class](case)
+    if frontend == "nnx":
+      from primal_jax.nnx.convert import through_nnx  # imported only when asked for
+
+      with through_nnx() as substituted:
+        outputs = RUNNERS[module_class](case)
+      if not substituted.calls:
+        raise ValueError(f"case {case.name!r}: no attention layer ran through the NNX layers")
+    else:
+      outputs = RUNNERS[module_class](case)
   except ScopeParamShapeError as err:
     raise _wrong_shape(case, str(err)) from err
   return {k: np.asarray(v) for k, v in outputs.items()}

@@ -18,24 +18,34 @@ import argparse
 import json
 import sys
 
-from primal_jax.convert.cases import load_case, relative_errors, run_case
+from primal_jax.convert.cases import FRONTENDS, load_case, relative_errors, run_case
 
 DEFAULT_TOLERANCE = 1e-4
+PRECISIONS = ("highest", "high", "default")
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 # What a file the user passed can do wrong; anything else is a bug and keeps its traceback.
 INPUT_ERRORS = (OSError, ValueError, KeyError)
 
 
-def verify(path: str, tolerance: float, out=None) -> bool:
+def verify(path: str, tolerance: float, out=None, frontend: str = "linen", precision: str = "highest") -> bool:
+  """Runs one case and prints its errors; `precision` is JAX's matmul precision for the run.
+
+  "highest" by default: the golden numbers are float32 PyTorch on a CPU, and an accelerator's default (TF32 on
+  NVIDIA GPUs, bf16 passes on TPUs) misses them by ~1e-3, which would read as a wrong conversion.
+  """
+  import jax
+
   out = sys.stdout if out is None else out
   case = load_case(path)
-  errors = relative_errors(case, run_case(case))
+  with jax.default_matmul_precision(precision):
+    errors = relative_errors(case, run_case(case, frontend))
   if not errors:
     print(f"{case.name}: no output could be computed", file=out)
     return False
   missing = sorted(set(case.outputs) - set(errors))
   width = max(len(k) for k in errors)
-  print(f"{case.name} ({case.meta['torch_module']['class']})", file=out)
+  through = "" if frontend == "linen" else f", through the {frontend} layers"
+  print(f"{case.name} ({case.meta['torch_module']['class']}{through})", file=out)
   for key, err in errors.items():
     print(f"  {key:<{width}}  max rel err {err:.3e}  {'ok' if err <= tolerance else 'FAIL'}", file=out)
   for key in missing:
@@ -67,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
   v = sub.add_parser("verify", help="check reference cases against the PyTorch release's golden outputs")
   v.add_argument("cases", nargs="+", help="<case>.npz files (with <case>.json beside them)")
   v.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="max relative error per output")
+  v.add_argument(
+    "--frontend", choices=FRONTENDS, default="linen", help="run the attention layers as Linen or NNX (primal_jax.nnx)"
+  )
+  v.add_argument(
+    "--precision", default="highest", choices=PRECISIONS,
+    help="matmul precision of the run (the platform's 'default' is TF32 on NVIDIA GPUs, bf16 passes on TPUs)",
+  )  # fmt: skip
   t = sub.add_parser("timm", help="convert a timm ViT/DeiT checkpoint into an orbax params checkpoint")
   t.add_argument("checkpoint", help="a .pth/.pt/.bin (needs torch), .safetensors or .npz state_dict")
   t.add_argument("out_dir", help="new directory for the orbax checkpoint (step 0) and vit_model.json")
@@ -79,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
   ok, bad_input = True, False
   for path in args.cases:
     try:
-      ok &= verify(path, args.tolerance)
+      ok &= verify(path, args.tolerance, frontend=args.frontend, precision=args.precision)
     except INPUT_ERRORS as err:
       print(f"{path}: error: {_one_line(err)}", file=sys.stderr)
       bad_input = True

@@ -5,7 +5,8 @@ state_dict (a torch `.pth` / `.pt` / `.bin`, DeiT's `{"model": state_dict}` incl
 `.safetensors` file needs the safetensors package; an `.npz` of the arrays needs neither), converts it
 (`primal_jax.convert.vit`), checks it against the named size, and writes step 0 of a `Checkpointer`
 directory holding `{"params": ...}` plus `vit_model.json` (the sizes and layers to configure the model
-with). `restore_params` reads it as any run's checkpoint.
+with). `restore_params` reads it as any run's checkpoint. A state_dict with NaN or infinite values, or whose
+`pos_embed` is not a square grid of patches (plus the class token), is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -83,10 +84,29 @@ def load_state_dict(path: str | Path) -> dict[str, np.ndarray]:
   return {k: v.detach().float().numpy() for k, v in checkpoint.items() if hasattr(v, "detach")}
 
 
+def check_finite_weights(state_dict) -> None:
+  """ConfigError naming the arrays of `state_dict` that hold NaN or inf (and how many of their values)."""
+  bad = []
+  for key, value in state_dict.items():
+    finite = np.isfinite(np.asarray(value))
+    if not finite.all():
+      bad.append(f"{key} ({int(finite.size - finite.sum())} of {finite.size})")
+  if bad:
+    shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    raise ConfigError(f"checkpoint: non-finite values (NaN or inf) in {shown}; refusing to convert a broken model")
+
+
 def convert_state_dict(state_dict, model: str) -> tuple[dict, dict]:
   """(params, model description) of a timm state_dict named `model`; sizes checked against the name."""
   named = decode_model_name(model)
+  check_finite_weights(state_dict)
   params, layers, sizes = vit_params(state_dict, named["num_heads"])
+  if sizes["image_size"] is None:
+    pos = np.shape(state_dict["pos_embed"])
+    raise ConfigError(
+      f"checkpoint: pos_embed {list(pos)} holds {pos[1] - 1} patch positions: not a square grid (k x k patches "
+      "plus the class token), which VisionTransformer needs"
+    )
   found = {**sizes, "depth": len(layers)}
   for key, expected in (("dim", named["dim"]), ("patch_size", named["patch_size"]), ("depth", DEPTH)):
     if found[key] != expected:

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from primal_jax.errors import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class LabelMixing:
@@ -52,12 +54,12 @@ class LabelMixing:
     for name in ("mixup_alpha", "cutmix_alpha"):
       value = getattr(self, name)
       if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"data.mix.{name} must be a finite number >= 0 (0 switches it off), got {value!r}")
+        raise ConfigError(f"data.mix.{name} must be a finite number >= 0 (0 switches it off), got {value!r}")
     for name in ("prob", "switch_prob"):
-      if not 0.0 <= getattr(self, name) <= 1.0:
-        raise ValueError(f"data.mix.{name} must be in [0, 1], got {getattr(self, name)!r}")
+      if not 0.0 <= getattr(self, name) <= 1.0:  # NaN too
+        raise ConfigError(f"data.mix.{name} must be in [0, 1], got {getattr(self, name)!r}")
     if not 0.0 <= self.label_smoothing < 1.0:
-      raise ValueError(f"data.mix.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+      raise ConfigError(f"data.mix.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
 
   @property
   def active(self) -> bool:
@@ -115,6 +117,12 @@ def label_mixing(options: Mapping[str, Any] | None, num_classes: int) -> LabelMi
   known = {f.name for f in dataclasses.fields(LabelMixing)} - {"num_classes"}
   unknown = sorted(set(options) - known)
   if unknown:
-    raise ValueError(f"data.mix has unknown keys {unknown}; known: {sorted(known)}")
-  mixing = LabelMixing(num_classes=num_classes, **{k: float(v) for k, v in options.items()})
+    raise ConfigError(f"data.mix has unknown keys {unknown}; known: {sorted(known)}")
+  values = {}
+  for k, v in options.items():
+    try:
+      values[k] = float(v)
+    except (TypeError, ValueError):
+      raise ConfigError(f"data.mix.{k} must be a number, got {v!r}") from None
+  mixing = LabelMixing(num_classes=num_classes, **values)
   return mixing if mixing.active else None

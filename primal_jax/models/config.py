@@ -8,10 +8,13 @@ baselines are configs, not separate model classes.
 from __future__ import annotations
 
 import dataclasses
+import types
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from primal_jax.attention.registry import ATTENTIONS, LayerSpec, check_options, get_attention
 from primal_jax.dropout import DROPOUT_IMPLS
@@ -25,6 +28,30 @@ NORM_TYPES = ("layer", "batch")
 # MLP activations: "gelu" (exact erf unless exact_gelu=False), "gelu_tanh" (Flax's default form), "relu" (the
 # release's RL Decision Transformer, GPT-2 activation_function="relu").
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+# The dtypes a model computes in or keeps its parameters in, by name; a config holds the jnp type. float64 only
+# means float64 with jax_enable_x64 (the numerics tests); the configs' builders offer the first three.
+FLOAT_DTYPES = types.MappingProxyType(
+  {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16, "float64": jnp.float64}
+)
+
+
+def float_dtype(value, name: str):
+  """The jnp float type `value` names (a name in FLOAT_DTYPES, or a NumPy/JAX dtype or type equal to one).
+
+  Anything else (an alias such as "bf16", an integer or bool dtype) is a ValueError naming `name` and the
+  accepted values: it would otherwise pass here and fail at the first init or train step.
+  """
+  if isinstance(value, str):
+    found = FLOAT_DTYPES.get(value)
+  else:
+    try:
+      dtype = np.dtype(value)
+    except TypeError:
+      dtype = None
+    found = FLOAT_DTYPES.get(dtype.name) if dtype is not None else None
+  if found is None:
+    raise ValueError(f"{name} must be one of {', '.join(FLOAT_DTYPES)} (a name or a jnp/np type), got {value!r}")
+  return found
 
 
 def model_layers(model: str, num_layers: int, num_primal: int = 1) -> tuple[str, ...]:
@@ -79,6 +106,13 @@ class TransformerConfig:
   `LayerSpec`s in `layers`, so `config.layers[i].kwargs` is what layer i's
   attention receives. Defaults are the release's LRA ListOps PrimalFormer
   (2 layers, dim 64, hidden 128, 2 heads x 32, s = 20, rank_multi 10).
+
+  `dtype` and `param_dtype` are float types by name or type (`FLOAT_DTYPES`), stored as the jnp type;
+  anything else is refused here. A Primal layer with data-independent weights and `low_rank` s larger than
+  its head width p warns (UserWarning): W_e and W_r are [H, p, s], so e = phi(q) W_e has rank <= p and the
+  s - p extra directions add parameters and KSVD terms but no rank. It is a warning, not an error, because
+  the D4RL configs run Table 7's s = 96 at p = 64 (data-dependent layers are bounded by n instead, which
+  PrimalAttention checks).
   """
 
   layers: tuple = ("primal", "primal")
@@ -128,8 +162,12 @@ class TransformerConfig:
     layers = tuple(LayerSpec.of(entry, defaults.get(_name_of(entry))) for entry in self.layers)
     object.__setattr__(self, "attention", attention)
     object.__setattr__(self, "layers", layers)
+    object.__setattr__(self, "dtype", float_dtype(self.dtype, "dtype"))
+    object.__setattr__(self, "param_dtype", float_dtype(self.param_dtype, "param_dtype"))
     for i in range(len(layers)):  # option values fail here, not at the first call
-      self.layer_attention(i).validate()
+      attention = self.layer_attention(i)
+      attention.validate()
+      self._warn_rank_beyond_head_width(i, attention)
     check_choice(self.pooling, POOLINGS, "pooling")
     check_choice(self.init_style, INIT_STYLES, "init_style")
     check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
@@ -138,6 +176,20 @@ class TransformerConfig:
     check_choice(self.dropout_impl, DROPOUT_IMPLS, "dropout_impl")
     if not 0.0 <= self.drop_path_rate < 1.0:
       raise ValueError(f"drop_path_rate must be in [0, 1), got {self.drop_path_rate!r}")
+
+  def _warn_rank_beyond_head_width(self, index: int, attention) -> None:
+    """The class doc's warning, for a data-independent layer with low_rank > its head width."""
+    if not hasattr(attention, "low_rank") or getattr(attention, "data_dependent", True):
+      return
+    width = (getattr(attention, "qkv_features", None) or self.dim) // self.num_heads
+    if attention.low_rank > width:
+      warnings.warn(
+        f"layer {index}: low_rank s={attention.low_rank} exceeds the head width p={width} with data-independent "
+        f"weights: W_e, W_r are [p, s] per head, so e and r have rank <= {width}; the {attention.low_rank - width} "
+        "extra directions add parameters and KSVD terms, no rank",
+        UserWarning,
+        stacklevel=4,
+      )
 
   @property
   def num_layers(self) -> int:

@@ -7,12 +7,20 @@ length) is prefilled in chunks of `prefill_chunk` tokens, then each step feeds, 
 token while it has one and its last sampled token afterwards. So no sequence ever attends to a pad token, and
 a sequence's output is exactly what it would be alone. Each step is one call of a function jitted once per
 (model, batch size): no recompilation per token or per position.
+
+Sampling is per sequence too: the token a sequence samples at position t uses the key
+`fold_in(fold_in(key(seed), crc32(prompt)), t)` (`row_keys`), which depends on nothing else in the batch. So a
+sampled continuation is exactly what the same prompt gives alone with the same seed, whatever its neighbours or
+its place in the batch; identical prompts with one seed get identical continuations (pass one seed per prompt
+for several samples of one prompt).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import zlib
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,10 +28,19 @@ import numpy as np
 
 from primal_jax.models.lm import CausalLM, decode_step, init_cache
 
+# The smallest temperature sampled: the smallest normal float32. Below it the temperature is a subnormal (flushed to
+# zero by XLA:CPU, so logits / T would be 0 / 0) or zero in float32; such temperatures are refused, not rounded.
+MIN_TEMPERATURE = float(np.finfo(np.float32).tiny)
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingOptions:
-  """temperature 0 is greedy (argmax); top_k 0 keeps every token; top_p 1.0 keeps the whole distribution."""
+  """temperature 0 is greedy (argmax); top_k 0 keeps every token; top_p 1.0 keeps the whole distribution.
+
+  A temperature is 0 or at least `MIN_TEMPERATURE` (1.18e-38, the smallest normal float32); any such temperature
+  samples softmax(logits / T) exactly (`sample_token` divides logits minus their maximum, which cannot overflow
+  to +inf: a tiny T samples the argmax, not an arbitrary token).
+  """
 
   temperature: float = 1.0
   top_k: int = 0
@@ -32,6 +49,11 @@ class SamplingOptions:
   def __post_init__(self) -> None:
     if not (np.isfinite(self.temperature) and self.temperature >= 0):
       raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {self.temperature}")
+    if 0 < self.temperature < MIN_TEMPERATURE:
+      raise ValueError(
+        f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:.8g} (the smallest normal float32), "
+        f"got {self.temperature}"
+      )
     if isinstance(self.top_k, bool) or not isinstance(self.top_k, int | np.integer) or self.top_k < 0:
       raise ValueError(f"top_k must be an integer >= 0 (0: no top-k cut), got {self.top_k!r}")
     if not 0.0 < self.top_p <= 1.0:
@@ -58,13 +80,34 @@ def filter_logits(logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
   return logits
 
 
-def sample_token(logits: jax.Array, rng: jax.Array, options: SamplingOptions) -> jax.Array:
-  """[B] int32 next tokens from logits [B, V] under `options`."""
+def sample_token(logits: jax.Array, keys: jax.Array, options: SamplingOptions) -> jax.Array:
+  """[B] int32 next tokens from logits [B, V] under `options`, row b drawn with its own key `keys[b]`.
+
+  softmax((l - max l) / T) = softmax(l / T), and (l - max l) / T is 0 at the argmax and <= 0 elsewhere (-inf
+  where it underflows): finite probabilities for every T >= MIN_TEMPERATURE, where l / T overflowed to +inf.
+  """
   logits = logits.astype(jnp.float32)
   if options.temperature == 0.0:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-  logits = filter_logits(logits / options.temperature, options.top_k, options.top_p)
-  return jax.random.categorical(rng, logits, axis=-1).astype(jnp.int32)
+  shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
+  logits = filter_logits(shifted / jnp.float32(options.temperature), options.top_k, options.top_p)
+  return jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
+
+
+def row_keys(seed: int | Sequence[int], prompts: list[list[int]]) -> jax.Array:
+  """[B] keys, one per prompt: key(seed) folded with the CRC-32 of the prompt's tokens (module doc).
+
+  `seed` is one integer for every prompt or one per prompt, each in [-2**63, 2**63) (a 64-bit seed).
+  """
+  seeds = [seed] * len(prompts) if not isinstance(seed, Sequence) else list(seed)
+  if len(seeds) != len(prompts) or any(
+    isinstance(s, bool) or not isinstance(s, int | np.integer) or not -(2**63) <= s < 2**63 for s in seeds
+  ):
+    raise ValueError(
+      f"seed must be an integer in [-2**63, 2**63) or one such integer per prompt ({len(prompts)}), got {seed!r}"
+    )
+  crcs = [zlib.crc32(np.asarray(p, np.int32).tobytes()) for p in prompts]
+  return jnp.stack([jax.random.fold_in(jax.random.key(int(s)), c) for s, c in zip(seeds, crcs, strict=True)])
 
 
 @functools.lru_cache(maxsize=8)
@@ -75,9 +118,11 @@ def _compiled(model: CausalLM, options: SamplingOptions):
     _, cache = decode_step(model, params, cache, tokens)
     return cache
 
-  def step(params, cache, fed, rng):
+  def step(params, cache, fed, keys):
+    # The sampled token's position (one counter for the batch) makes each row's key fresh at every token.
+    keys = jax.vmap(jax.random.fold_in, (0, None))(keys, cache["position"] + 1)
     logits, cache = decode_step(model, params, cache, fed[:, None])  # [B, 1, V]
-    return sample_token(logits[:, -1], rng, options), cache
+    return sample_token(logits[:, -1], keys, options), cache
 
   # The cache is donated: XLA updates a softmax layer's [B, max_len, H, p] key/value buffers in place instead of
   # copying them at every token (O(max_len) memory traffic per token for nothing, and twice the memory).
@@ -96,20 +141,25 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, model: CausalLM
   if any(not 0 <= t < vocab for p in prompts for t in p):
     raise ValueError(f"prompt token ids must lie in [0, {vocab})")
   longest = max(len(p) for p in prompts)
-  if longest + max_new_tokens > model.config.max_len:
+  # The last new token is sampled, never fed back: positions 0 .. longest + max_new_tokens - 2 are fed.
+  if longest + max_new_tokens - 1 > model.config.max_len:
     raise ValueError(
-      f"prompt length {longest} + max_new_tokens {max_new_tokens} exceeds the model's max_len "
-      f"{model.config.max_len} (its position table and softmax key/value caches); shorten the prompt or "
-      "ask for fewer tokens"
+      f"prompt length {longest} + max_new_tokens {max_new_tokens} - 1 (the last new token is not fed back) "
+      f"exceeds the model's max_len {model.config.max_len} (its position table and softmax key/value caches); "
+      "shorten the prompt or ask for fewer tokens"
     )
 
 
 def generate(
   model: CausalLM, params, prompts: list[list[int]], *, max_new_tokens: int, options: SamplingOptions,
-  seed: int = 0, prefill_chunk: int = 64,
+  seed: int | Sequence[int] = 0, prefill_chunk: int = 64,
 ) -> list[list[int]]:  # fmt: skip
-  """The `max_new_tokens` tokens sampled after each prompt (module doc), one list per prompt."""
+  """The `max_new_tokens` tokens sampled after each prompt (module doc), one list per prompt.
+
+  `seed`: one integer for every prompt, or one per prompt (`row_keys`).
+  """
   check_prompts(prompts, max_new_tokens, model)
+  keys = row_keys(seed, prompts)
   if prefill_chunk < 1:
     raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
   prefill, step = _compiled(model, options)
@@ -123,12 +173,10 @@ def generate(
   common = shortest - 1  # the last shared prompt token is fed by the first step, which then samples
   for begin in range(0, common, prefill_chunk):
     cache = prefill(params, cache, jnp.asarray(forced[:, begin : min(begin + prefill_chunk, common)]))
-  rng = jax.random.key(seed)
   fed = forced[:, common]
   out = np.zeros((batch, total), np.int32)
   for position in range(common, total - 1):  # feed token `position`, sample token `position + 1`
-    rng, key = jax.random.split(rng)
-    sampled, cache = step(params, cache, jnp.asarray(fed), key)
+    sampled, cache = step(params, cache, jnp.asarray(fed), keys)
     nxt = position + 1
     out[:, nxt] = np.asarray(sampled)
     fed = np.where(has_prompt[:, nxt], forced[:, nxt], out[:, nxt])

@@ -2,7 +2,7 @@
 
 D4RL's datasets cannot be downloaded on an offline machine, so `medium`, `medium-replay`, `expert` and
 `medium-expert` are rebuilt here by rolling out SAC actors trained in the same (-v4) MuJoCo environments
-(`experiments/train_behaviour.py`; weights in `experiments/results/d4rl/policies/<env>/`):
+(`experiments/train_behaviour.py`; weights shipped with the package in `primal_jax/rl/policies/<env>/`):
 
 - `medium`: the `medium.npz` actor; `expert`: the `expert.npz` actor;
 - `medium-replay`: the `replay_<step>.npz` actors along the medium policy's training run, in order, an equal
@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from primal_jax.data.cache import default_cache_dir, sha256_file
-from primal_jax.errors import MissingFileError
+from primal_jax.errors import ConfigError, MissingFileError
 from primal_jax.rl import policy as pol
 
-POLICY_ROOT = Path(__file__).resolve().parents[2] / "experiments" / "results" / "d4rl" / "policies"
+POLICY_ROOT = Path(__file__).resolve().parent / "policies"  # package data (setup.cfg), in the wheel too
 LEVELS = ("medium", "medium-replay", "expert", "medium-expert")
 KEYS = ("observations", "actions", "next_observations", "rewards", "terminals", "timeouts")
 DEFAULT_SIZE = 100_000  # transitions per level (medium-expert: twice); D4RL has 1M (replay: 0.2-0.4M)
@@ -97,8 +97,15 @@ def policy_files(env_name: str, level: str, policy_dir: str | Path | None = None
   return files
 
 
+def check_size(size: int) -> None:
+  """ConfigError unless `size` is an integer >= 1 (a dataset of 0 transitions has a NaN mean return)."""
+  if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
+    raise ConfigError(f"size must be an integer >= 1 (transitions per level), got {size!r}")
+
+
 def generate(env_name: str, level: str, size: int = DEFAULT_SIZE, seed: int = 0, policy_dir=None) -> dict:
   """The dataset's arrays (`size` transitions; medium-expert 2 * size), deterministic in (policies, size, seed)."""
+  check_size(size)
   if level not in LEVELS:
     raise ValueError(f"level {level!r} not in {LEVELS}")
   if level == "medium-expert":
@@ -154,6 +161,7 @@ def load(env_name: str, level: str, size: int = DEFAULT_SIZE, seed: int = 0, cac
   Cached as `<cache>/d4rl/<env>-<level>-v4-n<size>-s<seed>.hdf5` with a `.json` beside it holding the
   summary, the generating policies' sha256 and the file's sha256 (checked on every load).
   """
+  check_size(size)
   root = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "d4rl"
   stem = f"{env_name}-{level}-v4-n{size}-s{seed}"
   path, info_path = root / f"{stem}.hdf5", root / f"{stem}.json"

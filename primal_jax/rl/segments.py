@@ -26,6 +26,7 @@ import numpy as np
 from primal_jax.data.checks import check_positive_int
 from primal_jax.data.core import DatasetInfo
 from primal_jax.data.pipeline import local_batch_size
+from primal_jax.errors import ConfigError
 from primal_jax.rl import rollouts
 from primal_jax.rl.trajectories import Trajectory, load_trajectories
 from primal_jax.validation import check_choice
@@ -180,11 +181,25 @@ def default_targets(source: str, env: str, trajectories: Sequence[Trajectory]) -
   return (float(np.ceil(best / 100.0) * 100.0),)
 
 
+def check_target_returns(targets) -> None:
+  """ConfigError unless `targets` are finite numbers (a NaN target would train, then fail in every rollout)."""
+  try:
+    ok = all(np.isfinite(float(t)) for t in targets)
+  except (TypeError, ValueError):
+    ok = False
+  if not ok:
+    raise ConfigError(
+      f"data.target_returns must be finite numbers (the returns rollouts are conditioned on; () for the "
+      f"default), got {tuple(targets)!r}"
+    )
+
+
 def make_offline_rl_pipeline(data_config, *, process_index: int = 0, process_count: int = 1) -> OfflineRLPipeline:
   """The `d4rl` task: `data_config` names env, dataset level, source (`trajectories`) and sampling options."""
   cfg = data_config
   env = cfg.env
   check_choice(env, tuple(rollouts.TARGET_RETURNS), "data.env")
+  check_target_returns(cfg.get("target_returns") or ())
   source = cfg.get("source", "embedded")
   trajectories = load_trajectories(
     source, env=env, level=cfg.dataset, path=cfg.get("path") or None,

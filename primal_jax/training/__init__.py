@@ -13,6 +13,7 @@
   workdir_lock     one writer per workdir (`flock` on `run.lock`)
   metrics          metrics.jsonl / TensorBoard writer, progress lines, tables
   cli, config_args the absl binary (`primal-train`); `--config=NAME|FILE[:arg]` lookup and parsing
+  generate_cli     `primal-generate`: sampling from an LM run's checkpoint
 
 Import the submodules you need; this package imports nothing heavy by itself.
 """

@@ -14,6 +14,7 @@ from primal_jax.attention.baselines.linear import (
   linear_attention,
 )
 from primal_jax.attention.baselines.linformer import LinformerAttention, linformer_attention
+from primal_jax.attention.baselines.longformer import LongformerAttention, longformer_attention
 from primal_jax.attention.baselines.nystromformer import (
   NystromAttention,
   depthwise_sequence_conv,
@@ -30,10 +31,21 @@ from primal_jax.attention.baselines.performer import (
   release_performer_attention,
 )
 from primal_jax.attention.baselines.reformer import ReformerAttention, bucket_attention, lsh_attention, lsh_buckets
+from primal_jax.attention.baselines.soft import SoftAttention, gaussian_kernel, newton_inverse, soft_attention
+from primal_jax.attention.baselines.yoso import YosoAttention, collision_probability, yoso_expectation
 
 __all__ = [
   "FORMS",
   "RANDOM_STATE_COLLECTION",
+  "yoso_expectation",
+  "collision_probability",
+  "YosoAttention",
+  "soft_attention",
+  "newton_inverse",
+  "gaussian_kernel",
+  "SoftAttention",
+  "longformer_attention",
+  "LongformerAttention",
   "BaselineAttention",
   "CosformerAttention",
   "FlowformerAttention",

@@ -1,0 +1,115 @@
+"""`CausalLM`: a small NNX decoder-only language model over any causal NNX attention, with decoding.
+
+An example of the NNX layers in a model (pre-norm blocks, learned positions, tied nothing), small
+enough to read: `CausalLM(..., attention=functools.partial(primal_jax.nnx.PrimalAttention, low_rank=8,
+data_dependent=False))`. `init_cache(batch, max_len)` then `model(tokens, decode=True)` feeds tokens a
+chunk at a time; a Primal model's decoding state is its layers' running sums (O(1) in the context),
+a softmax model's a key/value cache. `generate` samples greedily or with a temperature.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from primal_jax.nnx.registry import PrimalAttention
+from primal_jax.nnx.shell import Attention
+
+DEFAULT_ATTENTION = functools.partial(PrimalAttention, low_rank=8, data_dependent=False)
+
+
+class Block(nnx.Module):
+  """x + attention(norm(x)), then x + MLP(norm(x)); the attention is causal."""
+
+  def __init__(self, dim: int, num_heads: int, hidden: int, attention: Callable[..., Attention], *, rngs: nnx.Rngs):
+    self.norm1 = nnx.LayerNorm(dim, rngs=rngs)
+    self.attention = attention(num_heads=num_heads, in_features=dim, causal=True, rngs=rngs)
+    self.norm2 = nnx.LayerNorm(dim, rngs=rngs)
+    self.up = nnx.Linear(dim, hidden, rngs=rngs)
+    self.down = nnx.Linear(hidden, dim, rngs=rngs)
+
+  def __call__(self, x: jax.Array, decode: bool = False) -> jax.Array:
+    x = x + self.attention(self.norm1(x), decode=decode)
+    return x + self.down(jax.nn.gelu(self.up(self.norm2(x))))
+
+
+class CausalLM(nnx.Module):
+  """Token + position embeddings, `num_layers` causal blocks, a final norm and the output head.
+
+  Args:
+    vocab_size, max_len: tokens and positions.
+    dim, num_heads, num_layers, hidden: sizes (hidden default 4 dim).
+    attention: makes each block's attention from (num_heads, in_features, causal, rngs): any NNX
+      attention class of `primal_jax.nnx` or a partial of one with its options.
+  """
+
+  def __init__(
+    self,
+    vocab_size: int,
+    max_len: int,
+    *,
+    dim: int = 64,
+    num_heads: int = 4,
+    num_layers: int = 2,
+    hidden: int | None = None,
+    attention: Callable[..., Attention] = DEFAULT_ATTENTION,
+    rngs: nnx.Rngs,
+  ):
+    self.max_len = max_len
+    self.tokens = nnx.Embed(vocab_size, dim, rngs=rngs)
+    self.positions = nnx.Embed(max_len, dim, rngs=rngs)
+    self.blocks = nnx.List([Block(dim, num_heads, hidden or 4 * dim, attention, rngs=rngs) for _ in range(num_layers)])
+    self.norm = nnx.LayerNorm(dim, rngs=rngs)
+    self.head = nnx.Linear(dim, vocab_size, rngs=rngs)
+    self.position: nnx.Cache | None = nnx.data(None)
+
+  def __call__(self, tokens: jax.Array, decode: bool = False) -> jax.Array:
+    """[B, T] int tokens -> [B, T, vocab] logits; with `decode`, the tokens continue the cached ones."""
+    length = tokens.shape[1]
+    start = 0
+    if decode:
+      if self.position is None:
+        raise ValueError("decode=True needs a cache: call init_cache(batch, max_len) first")
+      start = self.position.get_value()
+      self.position.set_value(start + length)
+    positions = start + jnp.arange(length)
+    x = self.tokens(tokens) + self.positions(positions)[None]
+    for block in self.blocks:
+      x = block(x, decode=decode)
+    return self.head(self.norm(x))
+
+  def init_cache(self, batch: int, max_len: int | None = None, dtype=jnp.float32) -> None:
+    """Empty decoding state for `batch` sequences of up to `max_len` tokens (default the model's)."""
+    max_len = self.max_len if max_len is None else max_len
+    if not 0 < max_len <= self.max_len:
+      raise ValueError(f"max_len must be in [1, {self.max_len}] (the position table), got {max_len}")
+    for block in self.blocks:
+      block.attention.init_cache((batch, max_len, self.positions.features), dtype)
+    self.position = nnx.Cache(jnp.zeros((), jnp.int32))
+
+  def generate(self, prompt: jax.Array, num_tokens: int, *, temperature: float = 0.0, key=None) -> jax.Array:
+    """[B, P] prompt -> [B, P + num_tokens]: the prompt fed in one chunk, then one token per step.
+
+    temperature 0 is greedy; otherwise softmax sampling at that temperature with `key`.
+    """
+    batch, length = prompt.shape
+    if length + num_tokens > self.max_len:
+      raise ValueError(f"prompt ({length}) + num_tokens ({num_tokens}) exceeds max_len={self.max_len}")
+    if temperature > 0 and key is None:
+      raise ValueError("temperature > 0 needs a key")
+    self.init_cache(batch, length + num_tokens)
+    step = nnx.jit(lambda model, tokens: model(tokens, decode=True)[:, -1])
+    logits, out = step(self, prompt), [prompt]
+    for i in range(num_tokens):
+      if temperature > 0:
+        token = jax.random.categorical(jax.random.fold_in(key, i), logits / temperature)
+      else:
+        token = jnp.argmax(logits, axis=-1)
+      out.append(token[:, None].astype(prompt.dtype))
+      if i + 1 < num_tokens:
+        logits = step(self, out[-1])
+    return jnp.concatenate(out, axis=1)

@@ -1,0 +1,330 @@
+"""`Attention`: the NNX shell of every registered attention, written once.
+
+An NNX layer takes `nnx.MultiHeadAttention`'s constructor and call. Its math is the Linen layer's, run,
+not copied: the layer keeps the registered Linen class and its options, holds that class's variables as
+NNX Variables (`nnx.Param` with the Linen logical axis names as `out_sharding`, `nnx.Cache` for the
+decoding state, `KSVDVariable` for the KSVD terms) under the Linen names, and each call applies the Linen
+module to them (`Module.apply` with those variables) and writes the mutated collections back. So a
+mechanism registered with `primal_jax.attention.register_attention` has an NNX layer with no NNX code,
+the NNX and Linen layers agree to the last bit on the same weights, and a Linen checkpoint's attention
+parameters are the NNX layer's state (`primal_jax.nnx.convert`).
+
+NNX-only: the constructor (eager initialisation from `rngs`, with `in_features`), the per-call `is_causal`
+and `decode`, `init_cache`, dropout keys from `nnx.Rngs`, and where the collections live.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from primal_jax.attention.shell import AttentionShell
+from primal_jax.ksvd import KSVD_COLLECTION, collect_terms
+from primal_jax.nnx.ksvd import KSVDVariable
+from primal_jax.nnx.trees import assign, to_tree, to_variables
+
+# nnx.MultiHeadAttention arguments without a counterpart in the shell, and the value each may take.
+UNSUPPORTED = MappingProxyType(
+  {
+    "attention_fn": None,
+    "normalize_qk": False,
+    "out_kernel_init": None,
+    "out_bias_init": None,
+    "qkv_promote_dtype": None,
+    "out_promote_dtype": None,
+    "ln_promote_dtype": None,
+    "qkv_dot_general": None,
+    "out_dot_general": None,
+    "qkv_dot_general_cls": None,
+    "out_dot_general_cls": None,
+    "query_ln_scale_metadata": None,
+    "key_ln_scale_metadata": None,
+  }
+)
+# Linen fields the NNX constructor sets from its own arguments (the rest are the mechanism's options).
+SHELL_ARGS = frozenset(
+  {"num_heads", "qkv_features", "out_features", "dtype", "param_dtype", "broadcast_dropout", "dropout_rate"}
+  | {"deterministic", "precision", "kernel_init", "bias_init", "use_bias", "decode", "causal", "parent", "name"}
+)
+PROJECTIONS = ("query", "key", "value")
+
+
+def _first(*values, default=None):
+  return next((v for v in values if v is not None), default)
+
+
+class Attention(nnx.Module):
+  """A registered attention mechanism as an NNX layer (subclasses set `linen_class`).
+
+  `num_heads`, `in_features`, `qkv_features`, `out_features`, `in_kv_features`, `dtype`, `param_dtype`,
+  `broadcast_dropout`, `dropout_rate`, `deterministic`, `precision`, `kernel_init`, `bias_init`, `use_bias`,
+  `decode`, `rngs` and `keep_rngs` are those of `nnx.MultiHeadAttention` (`kernel_init` / `bias_init` None:
+  the mechanism's `init_style` default, which for "flax" is nnx's lecun-normal / zeros). `num_kv_heads` may
+  only be `num_heads` (no grouped-query form). `kernel_metadata`, `bias_metadata`, `out_kernel_metadata`
+  and `out_bias_metadata` (and `nnx.with_partitioning` initialisers) give extra Variable metadata to the
+  query/key/value and output projections, e.g. `{"out_sharding": (...)}` in place of the logical names
+  ("embed", "heads", "kv") the Linen layer gives them.
+
+  Args:
+    causal: the default of the call's `is_causal` (for the causal layer of a decoder block that passes a
+      causal mask, as `nnx.MultiHeadAttention` decoders do).
+    init_length: the sequence length of the example input that initialises the parameters (default: the
+      first of 1 and the layer's integer options that the mechanism accepts, e.g. Nystromformer's
+      `num_landmarks`); no parameter depends on it.
+    options: the mechanism's own options (the Linen class's attributes, e.g. `low_rank`, `init_style`).
+
+  Raises:
+    ValueError: an option the mechanism does not have, an nnx argument it cannot honour, or what the Linen
+      layer refuses for these options (checked at construction on an example input).
+  """
+
+  linen_class: ClassVar[type[AttentionShell]]
+
+  def __init__(
+    self,
+    num_heads: int,
+    in_features: int,
+    qkv_features: int | None = None,
+    out_features: int | None = None,
+    num_kv_heads: int | None = None,
+    in_kv_features: int | None = None,
+    *,
+    dtype: Any = None,
+    param_dtype: Any = jnp.float32,
+    broadcast_dropout: bool = True,
+    dropout_rate: float = 0.0,
+    deterministic: bool | None = None,
+    precision: Any = None,
+    kernel_init: Any = None,
+    bias_init: Any = None,
+    use_bias: bool = True,
+    decode: bool | None = None,
+    rngs: nnx.Rngs,
+    keep_rngs: bool = True,
+    kernel_metadata: Mapping[str, Any] = MappingProxyType({}),
+    out_kernel_metadata: Mapping[str, Any] = MappingProxyType({}),
+    bias_metadata: Mapping[str, Any] = MappingProxyType({}),
+    out_bias_metadata: Mapping[str, Any] = MappingProxyType({}),
+    causal: bool = False,
+    init_length: int | None = None,
+    **options: Any,
+  ):
+    name = type(self).__name__
+    for key, allowed in UNSUPPORTED.items():
+      if key in options and options.pop(key) is not allowed:
+        raise ValueError(f"{name}: nnx.MultiHeadAttention's {key} is not supported (accepted: {allowed!r} only)")
+    if num_kv_heads is not None and num_kv_heads != num_heads:
+      raise ValueError(f"{name}: num_kv_heads must equal num_heads ({num_heads}), got {num_kv_heads}")
+    accepted = sorted({f.name for f in dataclasses.fields(self.linen_class)} - SHELL_ARGS)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+      raise ValueError(f"{name}: {unknown[0]!r} is not an option of this attention; accepted: {', '.join(accepted)}")
+    self.num_heads, self.in_features = num_heads, in_features
+    self.in_kv_features = in_kv_features if in_kv_features is not None else in_features
+    self.qkv_features = qkv_features if qkv_features is not None else in_features
+    self.out_features = out_features if out_features is not None else in_features
+    self.dtype, self.param_dtype, self.dropout_rate = dtype, param_dtype, dropout_rate
+    self.deterministic, self.decode, self.causal = deterministic, decode, causal
+    wrapped: dict[str, dict] = {}  # metadata that nnx.with_partitioning-style initialisers attach
+    kernel_init, bias_init = _plain(kernel_init, wrapped, "kernel"), _plain(bias_init, wrapped, "bias")
+    fields = dict(
+      num_heads=num_heads,
+      qkv_features=qkv_features,
+      out_features=out_features,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      broadcast_dropout=broadcast_dropout,
+      dropout_rate=dropout_rate,
+      precision=precision,
+      kernel_init=kernel_init,
+      bias_init=bias_init,
+      use_bias=use_bias,
+      **options,
+    )
+    self.linen_fields = tuple(sorted(fields.items()))  # static: the Linen layer is rebuilt from them per call
+    self.linen_layer()  # the dataclass checks its fields
+    variables = self._init_variables(rngs.params(), init_length)
+    metadata = {"kernel": kernel_metadata, "bias": bias_metadata}
+    out_metadata = {"kernel": out_kernel_metadata or kernel_metadata, "bias": out_bias_metadata or bias_metadata}
+
+    def override(path, found):
+      extra = {}
+      if len(path) == 2 and path[0] in PROJECTIONS:
+        extra = {**wrapped.get(path[1], {}), **metadata.get(path[1], {})}
+      elif len(path) == 2 and path[0] == "out":
+        extra = {**wrapped.get(path[1], {}), **out_metadata.get(path[1], {})}
+      return {**found, **extra}
+
+    params = to_variables(variables["params"], nnx.Param, override)
+    self.param_names = tuple(params.keys())
+    for key in self.param_names:
+      if hasattr(self, key):
+        raise ValueError(f"{name}: the Linen parameter {key!r} clashes with an attribute of the NNX layer")
+      setattr(self, key, params[key])
+    self.rngs = rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else None
+    self.cache: nnx.Dict | None = nnx.data(None)
+
+  def linen_layer(self, *, causal: bool = False, decode: bool = False) -> AttentionShell:
+    """The (unbound) Linen layer this NNX layer applies: the same class, options and weights layout."""
+    return self.linen_class(**dict(self.linen_fields), causal=causal, decode=decode)
+
+  def _init_variables(self, key: jax.Array, init_length: int | None) -> dict:
+    lengths = [init_length] if init_length is not None else self._probe_lengths()
+    errors = []
+    for length in lengths:
+      q = jnp.zeros((1, length, self.in_features), jnp.float32)
+      k = None if self.in_kv_features == self.in_features else jnp.zeros((1, length, self.in_kv_features))
+      try:
+        return self.linen_layer().init({"params": key, "dropout": key}, q, k, deterministic=True)
+      except ValueError as err:
+        errors.append(err)
+    raise errors[0]
+
+  def _probe_lengths(self) -> list[int]:
+    ints = {v for _, v in self.linen_fields if isinstance(v, int) and not isinstance(v, bool) and 1 < v <= 1 << 16}
+    return [1, *sorted(ints)]
+
+  def params_tree(self) -> dict:
+    """The Linen `params` collection of this layer (plain arrays)."""
+    return {key: to_tree(getattr(self, key)) for key in self.param_names}
+
+  def __call__(
+    self,
+    inputs_q: jax.Array,
+    inputs_k: jax.Array | None = None,
+    inputs_v: jax.Array | None = None,
+    *,
+    mask: jax.Array | None = None,
+    deterministic: bool | None = None,
+    rngs: nnx.Rngs | nnx.RngStream | None = None,
+    sow_weights: bool = False,
+    decode: bool | None = None,
+    is_causal: bool | None = None,
+  ) -> jax.Array:
+    """Applies the attention, as `nnx.MultiHeadAttention.__call__`.
+
+    Args:
+      inputs_q: [B, N, in_features]; inputs_k, inputs_v: [B, M, in_kv_features] (default: inputs_q,
+        then inputs_k; a mechanism without a value projection ignores inputs_v).
+      mask: [B, M] key padding or [B, 1|H, N, M] attention mask (True = may attend); each mechanism
+        honours it or refuses it with a ValueError, as its Linen layer does.
+      deterministic: disables dropout (default: the attribute; required when dropout_rate > 0).
+      rngs: dropout keys (an `nnx.Rngs`, whose `dropout` stream is used, or a stream); default the
+        constructor's.
+      sow_weights: sow what the Linen layer puts in `intermediates` (attention weights, Primal's e/r
+        scores) as `nnx.Intermediate`s.
+      decode: decode from the cache `init_cache` made (default: the attribute); the layer is causal then.
+      is_causal: causal attention (default: the constructor's `causal`); refused by non-causal mechanisms.
+    Returns:
+      [B, N, out_features]. A full-sequence call of a Primal layer also replaces `self.ksvd`.
+    """
+    name = type(self).__name__
+    if inputs_k is None and inputs_v is not None:
+      raise ValueError(f"{name}: inputs_k cannot be None when inputs_v is given (pass inputs_k)")
+    if inputs_q.shape[-1] != self.in_features:
+      width = inputs_q.shape[-1]
+      raise ValueError(f"{name}: inputs_q has {width} features, the layer's in_features is {self.in_features}")
+    decode = bool(_first(decode, self.decode, default=False))
+    deterministic, dropout_key = self._dropout_key(deterministic, rngs)
+    causal = bool(_first(is_causal, default=self.causal)) or decode
+    variables, mutable = {"params": self.params_tree()}, ["intermediates"] if sow_weights else []
+    if decode:
+      if self.cache is None:
+        raise ValueError(f"{name}: decode=True needs a cache: call init_cache(input_shape) first")
+      variables["cache"] = to_tree(self.cache)
+      mutable.append("cache")
+    else:
+      mutable.append(KSVD_COLLECTION)
+    out, updates = self.linen_layer(causal=causal, decode=decode).apply(
+      variables,
+      inputs_q,
+      inputs_k,
+      inputs_v,
+      mask=mask,
+      deterministic=deterministic,
+      sow_weights=sow_weights,
+      rngs=None if dropout_key is None else {"dropout": dropout_key},
+      mutable=mutable,
+    )
+    if decode:
+      assign(self.cache, updates["cache"], f"{name} cache")
+    terms = collect_terms(updates.get(KSVD_COLLECTION, {}))
+    if terms:
+      if isinstance(getattr(self, "ksvd", None), KSVDVariable):
+        self.ksvd.set_value(terms[0])  # replaced, never appended
+      else:
+        self.ksvd = KSVDVariable(terms[0])
+    for path, values in _flat_sown(updates.get("intermediates", {})):
+      for value in values:
+        self.sow(nnx.Intermediate, "_".join(path), value)
+    return out
+
+  def _dropout_key(self, deterministic, rngs) -> tuple[bool, jax.Array | None]:
+    if self.dropout_rate <= 0.0:
+      return True, None
+    deterministic = _first(deterministic, self.deterministic)
+    if deterministic is None:
+      raise ValueError(
+        f"{type(self).__name__}: dropout_rate > 0 needs deterministic, as a call argument or the attribute"
+      )
+    if deterministic:
+      return True, None
+    stream = rngs.dropout if isinstance(rngs, nnx.Rngs) else _first(rngs, self.rngs)
+    if stream is None:
+      raise ValueError(f"{type(self).__name__}: dropout needs rngs (a call argument, or keep_rngs=True)")
+    return False, stream()
+
+  def init_cache(self, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> None:
+    """Creates the decoding state for inputs of `input_shape` = [batch, max_length, in_features] in `dtype`.
+
+    It is what the Linen layer keeps in its `cache` collection: a key/value cache for softmax layers,
+    Primal-Attention's running sums (O(1) in max_length), ...; a mechanism without a decoding form, or
+    options without a causal form, is refused with the Linen layer's ValueError.
+    """
+    layer = self.linen_layer(causal=True, decode=True)
+    x = jnp.zeros(tuple(input_shape), dtype)
+    _, created = layer.apply({"params": self.params_tree()}, x, deterministic=True, mutable=["cache"])
+    self.cache = to_variables(created["cache"], nnx.Cache)
+
+  def set_view(self, deterministic=None, decode=None, batch_size=None, max_length=None):
+    """For `nnx.view`, as `nnx.MultiHeadAttention.set_view` (a cache is created when decode=True needs one)."""
+    if deterministic is not None:
+      self.deterministic = deterministic
+    if decode is not None:
+      self.decode = decode
+      if decode and self.cache is None:
+        if batch_size is None or max_length is None:
+          raise TypeError("'batch_size' and 'max_length' must be provided when initializing the cache")
+        batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
+        self.init_cache((*batch, max_length, self.in_features), self.dtype or jnp.float32)
+
+
+def _plain(init, found: dict, key: str):
+  """`init` returning plain arrays: metadata an `nnx.with_partitioning` / `nnx.with_metadata` initialiser
+  attaches is kept in `found[key]` (and given to the projections' Variables, as nnx.MultiHeadAttention does)."""
+  if init is None:
+    return None
+
+  def plain(*args, **kwargs):
+    value = init(*args, **kwargs)
+    if isinstance(value, nnx.VariableMetadata):
+      found[key] = dict(value.metadata)
+      return value.raw_value
+    return value
+
+  return plain
+
+
+def _flat_sown(tree, prefix=()):
+  """(path, tuple of sown values) of a Linen `intermediates` collection."""
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      yield from _flat_sown(value, (*prefix, key))
+    else:
+      yield (*prefix, key), value
