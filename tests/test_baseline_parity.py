@@ -72,3 +72,14 @@ def test_verify_cli_passes_and_the_textbook_form_would_not(monkeypatch):
   monkeypatch.setattr("primal_jax.convert.cases.release_attention", lambda cfg, lsh=None: ("linear", {"form": "paper"}))
   case = load_case(str(BASELINES_DIR / "lra_linear.npz"))
   assert relative_errors(case, run_case(case))["logits"] > 1e-2
+
+
+@pytest.mark.skipif("lra_performer" not in CASES, reason=SKIP)
+def test_nnx_frontend_refuses_the_cases_it_cannot_replay():
+  """verify --frontend=nnx on a case with release random state (or the bare RL Flowformer layer) is one clear
+  error, not outputs off by 4e-2 (Performer) to 8e-1 (Reformer) that read as a wrong port."""
+  from primal_jax.errors import ConfigError
+
+  for name in ("lra_performer", "lra_reformer", "rl_flowformer_layer"):
+    with pytest.raises(ConfigError, match="frontend 'nnx' cannot replay"):
+      run_case(load_case(str(BASELINES_DIR / f"{name}.npz")), frontend="nnx")
