@@ -39,7 +39,7 @@ def count_params(task: str, model: str, seq_len: int | None = None) -> int:
 def count_config_params(config, task: str, seq_len: int | None = None) -> int:
   """Parameters of the model `config` builds for `task` (shapes only, nothing is initialised)."""
   info = types.SimpleNamespace(
-    seq_len=seq_len or LENGTHS[task],
+    seq_len=seq_len or config.data.get("seq_len") or LENGTHS[task],  # the release forms' power-of-two lengths
     vocab_size=0,
     num_classes={"listops": 10, "image": 10}.get(task, 2),
     num_features=1,

@@ -19,6 +19,8 @@ SMALL = {
   "nystromformer": dict(num_landmarks=4, conv_kernel_size=3),
   "performer": dict(num_features=8),
   "linformer": dict(linformer_k=4),
+  "cosformer": dict(horizon=N),  # decoding needs a fixed horizon
+  "soft": dict(num_landmarks=4),
 }
 # What a causal layer of each mechanism needs on top (Primal's causal form is data-independent).
 CAUSAL = {"primal": dict(data_dependent=False)}

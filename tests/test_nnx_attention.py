@@ -130,11 +130,11 @@ def test_rules_are_the_linen_rules():
     primal(x, mask=causal_mask)  # non-causal Primal mixes all pairs
   with pytest.raises(ValueError, match="causal=True needs data_dependent=False"):
     primal(x, is_causal=True)
-  performer, _, _ = layer_pair("performer")
-  with pytest.raises(ValueError, match="causal=True is not supported by PerformerAttention"):
-    performer(x, is_causal=True)
-  with pytest.raises(ValueError, match="=True is not supported by PerformerAttention"):
-    performer.init_cache(x.shape)
+  linformer, _, _ = layer_pair("linformer")  # non-causal only (Performer has a causal form since issue 28)
+  with pytest.raises(ValueError, match="causal=True is not supported by LinformerAttention"):
+    linformer(x, is_causal=True)
+  with pytest.raises(ValueError, match="=True is not supported by LinformerAttention"):
+    linformer.init_cache(x.shape)
   soft, _, _ = layer_pair("softmax")
   with pytest.raises(ValueError, match="call init_cache"):
     soft(x[:, :1], decode=True)

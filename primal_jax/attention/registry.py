@@ -19,11 +19,13 @@ from typing import Any
 
 from primal_jax.attention.baselines import (
   CosformerAttention,
+  FlowformerAttention,
   LinearAttention,
   LinformerAttention,
   LongformerAttention,
   NystromAttention,
   PerformerAttention,
+  ReformerAttention,
   SoftAttention,
   YosoAttention,
 )
@@ -44,6 +46,9 @@ _ATTENTIONS: dict[str, type[AttentionShell]] = {
   "linformer": LinformerAttention,
   "nystromformer": NystromAttention,
   "cosformer": CosformerAttention,
+  # Issue 28 (release parity): the release's LRA Reformer and its RL Flowformer.
+  "reformer": ReformerAttention,
+  "flowformer": FlowformerAttention,
   # Non-release baselines of the paper's tables, against their authors' code (tools/upstream_baselines.py).
   "longformer": LongformerAttention,
   "yoso_e": YosoAttention,

@@ -6,7 +6,10 @@ r"""Long Range Arena (the paper's Table 2) with the release's settings, one file
 Arguments (`:task=...,model=...,short`):
   task: listops | pathfinder | image | text | retrieval.
   model: primalformer | primal_plus (Primal.+Trans.) | softmax (Trans.) | any registered attention
-    name (the baselines: every layer uses it; their head dropout is 0, as in the release).
+    name (the baselines: every layer uses it; their head dropout is 0, as in the release). The baselines
+    the paper ran from the release's own code (linear, cosformer, linformer, nystromformer, performer,
+    reformer) run in the release's form (`form="release"`, RELEASE_BASELINES) at the release's padded
+    length, the task's length rounded up to a power of two (run_tasks.py; RELEASE_SEQ_LEN).
   short: a CPU-feasible schedule (minutes, not hours) with the release's model; see SHORT below.
   smoke: a seconds-long run (tests, CI); wins over `short`.
 
@@ -110,13 +113,29 @@ SHORT = {
 }
 
 
+# The baselines of the paper's LRA table that came from the release's code, with the options naming the release's
+# form (docs/api.md lists what differs from the papers' forms); Reformer has one form (HF's LSHSelfAttention).
+RELEASE_BASELINES = {
+  "linear": {"form": "release"},
+  "cosformer": {"form": "release"},
+  "linformer": {"form": "release"},
+  "nystromformer": {"form": "release"},
+  "performer": {"form": "release"},
+  "reformer": {},
+}
+# The release pads every LRA input to max_seq_len, the task's length rounded up to a power of two: its
+# Linformer E and Nystrom segments need N == max_seq_len, Reformer needs a multiple of 64, and linear and
+# cos scale by 1/sqrt(N). (Image: 1,024 also for Fashion-MNIST's 784 pixels, padded.)
+RELEASE_SEQ_LEN = {"listops": 2048, "image": 1024, "pathfinder": 1024, "text": 4096, "retrieval": 4096}
+
+
 def attention_options(model: str, low_rank: int) -> dict:
   """Options per attention name: Primal's s and n = s * rank_multi rows; a baseline's head dropout 0 (the
   Nystromformer LRA code the paper's baselines come from applies none) and its class defaults (the
   release's performer-256, linformer-256, nystrom-64 with the 35-tap convolution)."""
   options = {"primal": dict(low_rank=low_rank, rank_multi=10, data_dependent=True)}
   if model not in STACKS and model not in options and model != "softmax":
-    options[model] = dict(dropout_rate=0.0)
+    options[model] = dict(dropout_rate=0.0, **RELEASE_BASELINES.get(model, {}))
   return options
 
 
@@ -187,12 +206,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval_every_steps = short["eval_every"]
     config.checkpoint_every_steps = short["eval_every"]
 
+  if args["model"] in RELEASE_BASELINES:
+    config.data.seq_len = RELEASE_SEQ_LEN[args["task"]]
+
   if args["smoke"]:
     config.model.update(dim=32, hidden_dim=64)
     config.model.attention.primal.update(low_rank=4, rank_multi=2)
     config.data.batch_size = 8
     if args["task"] == "listops":
-      config.data.update(num_train=64, num_validation=16, num_test=16, min_length=20, max_length=200, seq_len=200)
+      seq_len = 256 if args["model"] in RELEASE_BASELINES else 200
+      config.data.update(num_train=64, num_validation=16, num_test=16, min_length=20, max_length=200, seq_len=seq_len)
     if args["task"] == "pathfinder":
       config.data.update(num_train=64, num_validation=16, num_test=16, difficulty="easy")
     config.data.eval_batch_size = 16

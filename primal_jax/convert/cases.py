@@ -21,6 +21,7 @@ from flax.errors import ScopeParamShapeError
 
 from primal_jax.attention import PrimalAttention
 from primal_jax.convert import torch_layout
+from primal_jax.convert.baseline_cases import release_attention, run_flowformer_layer, run_lra_baseline
 from primal_jax.convert.rl_case import run_decision_transformer
 from primal_jax.convert.vit import run_combo_vision_transformer
 from primal_jax.errors import ConfigError
@@ -89,8 +90,11 @@ def _primal_layer_outputs(module, params, x):
 
 
 def run_lra_classifier(case: ReferenceCase) -> dict[str, np.ndarray]:
-  """The release's LRA `ModelForSC` (PrimalFormer, Primal.+Trans. or softmax)."""
+  """The release's LRA `ModelForSC` (PrimalFormer, Primal.+Trans., softmax or a baseline attention)."""
   cfg = case.meta["config"]
+  baseline = release_attention(cfg, case.meta.get("random_state"))
+  if baseline is not None:
+    return run_lra_baseline(case, *baseline)
   params, layers = torch_layout.lra_classifier_params(case.params, cfg["num_head"])
   primal_idx = [i for i, name in enumerate(layers) if name == "primal"]
   we_shape = params["body"]["encoder"][f"block_{primal_idx[0]}"]["attention"]["We"].shape if primal_idx else None
@@ -195,6 +199,7 @@ RUNNERS: dict[str, Callable[[ReferenceCase], dict]] = {
   "PrimalMultiheadAttention": run_fairseq_layer,
   "DecisionTransformer": run_decision_transformer,
   "ComboVisionTransformer": run_combo_vision_transformer,
+  "Flowformer_attention": run_flowformer_layer,
 }
 
 
@@ -211,6 +216,8 @@ def run_case(case: ReferenceCase, frontend: str = "linen") -> dict[str, np.ndarr
   module_class = case.meta.get("torch_module", {}).get("class", "").split(" ")[0]
   if module_class not in RUNNERS:
     raise ValueError(f"case {case.name!r}: unsupported module class {module_class!r}; known: {tuple(RUNNERS)}")
+  if frontend == "nnx":
+    _check_nnx_supported(case, module_class)
   try:
     if frontend == "nnx":
       from primal_jax.nnx.convert import through_nnx  # imported only when asked for
@@ -224,6 +231,18 @@ def run_case(case: ReferenceCase, frontend: str = "linen") -> dict[str, np.ndarr
   except ScopeParamShapeError as err:
     raise _wrong_shape(case, str(err)) from err
   return {k: np.asarray(v) for k, v in outputs.items()}
+
+
+def _check_nnx_supported(case: ReferenceCase, module_class: str) -> None:
+  """The NNX substitution runs a model's layers from their attributes and parameters only: a baseline case that
+  feeds release random state (`random_state`: Performer's features, Reformer's rotations) or calls a layer
+  outside a model (the RL Flowformer layer) cannot go through it; refused instead of failing by 1e-1."""
+  baseline = release_attention(case.meta.get("config", {})) if module_class == "ModelForSC" else None
+  if module_class == "Flowformer_attention" or (baseline and baseline[0] in ("performer", "reformer")):
+    raise ConfigError(
+      f"case {case.name!r}: frontend 'nnx' cannot replay this baseline case (release random state or a bare "
+      "layer); use frontend 'linen'"
+    )
 
 
 _SHAPE_ERROR = re.compile(r'parameter "(\w+)" in "([^"]*)".*generate shape (\([\d, ]*\)).*has shape (\([\d, ]*\))')

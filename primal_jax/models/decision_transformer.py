@@ -42,6 +42,9 @@ from primal_jax.validation import check_choice, check_positive
 
 MASKING_MODES = ("release", "padding_aware")
 TOKENS_PER_STEP = 3  # (R_t, s_t, a_t)
+# The causal attentions of the paper's Table 4 besides DT's softmax and Primal.+DT; each can be every layer of a
+# DT by name (`dt_config(primal=False, softmax=name)`): any registered attention with a causal form can.
+TABLE4_BASELINES = ("linear", "reformer", "performer", "cosformer", "flowformer")
 # The release's GPT-2 body (GPT2Config in experiment.py): ReLU MLPs, LayerNorm eps 1e-5, N(0, 0.02) Linears;
 # the stack's last LayerNorm output is never masked (the heads read real steps only).
 GPT2_BODY = {"activation": "relu", "layer_norm_eps": 1e-5, "init_style": "gpt2", "mask_final": False}
@@ -55,17 +58,22 @@ def dt_config(
   num_heads: int = 4,
   hidden_dim: int | None = None,
   low_rank: int = 32,
-  softmax: str = "gpt2",
+  softmax: str | tuple = "gpt2",
   dropout_rate: float = 0.1,
   **overrides,
 ) -> TransformerConfig:
   """The paper's D4RL models (Table 4: 3 layers, dim 256, 4 heads, s in {32, 64, 96}).
 
   primal=True is Primal.+DT (last layer causal Primal-Attention, data-independent weights, the rest
-  `softmax`); False is DT (`softmax` everywhere). GPT-2's n_inner defaults to 4 * dim; ReLU MLPs,
-  LayerNorm eps 1e-5 and N(0, 0.02) Linears as the release (experiment.py, GPT2Config).
+  `softmax`); False is DT (`softmax` everywhere). `softmax` names the other layers' attention: "gpt2"
+  (default), or any registered attention with a causal form, as a name or (name, options) (Table 4's
+  baselines, `TABLE4_BASELINES`); one without a causal form is refused here. GPT-2's n_inner defaults
+  to 4 * dim; ReLU MLPs, LayerNorm eps 1e-5 and N(0, 0.02) Linears as the release (experiment.py, GPT2Config).
   """
   check_positive(num_layers, "num_layers")
+  name = softmax if isinstance(softmax, str) else softmax[0]
+  if not get_attention(name, "softmax").supports_causal:
+    raise ValueError(f"softmax: attention {name!r} has no causal form; a Decision Transformer needs a causal one")
   layers = [softmax] * num_layers
   if primal:
     layers[-1] = ("primal", {"low_rank": low_rank, "data_dependent": False})

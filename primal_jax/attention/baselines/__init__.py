@@ -1,11 +1,12 @@
-"""The LRA baselines of the paper (Nystromformer LRA code) behind the `SoftmaxAttention` interface.
+"""The baselines of the paper's tables behind the `SoftmaxAttention` interface (paper and release forms).
 
 Each is a pure function on [B, H, N, p] arrays plus a thin Linen module that
 adds the query/key/value and output projections (`BaselineAttention`).
 """
 
-from primal_jax.attention.baselines.common import BaselineAttention, padding_masks
+from primal_jax.attention.baselines.common import FORMS, RANDOM_STATE_COLLECTION, BaselineAttention, padding_masks
 from primal_jax.attention.baselines.cosformer import CosformerAttention, cosformer_attention, cosformer_features
+from primal_jax.attention.baselines.flowformer import FlowformerAttention, causal_flow_attention, flow_attention
 from primal_jax.attention.baselines.linear import (
   LinearAttention,
   elu_feature_map,
@@ -23,14 +24,19 @@ from primal_jax.attention.baselines.nystromformer import (
 )
 from primal_jax.attention.baselines.performer import (
   PerformerAttention,
+  causal_favor,
   favor_features,
   orthogonal_random_features,
   performer_attention,
+  release_performer_attention,
 )
+from primal_jax.attention.baselines.reformer import ReformerAttention, bucket_attention, lsh_attention, lsh_buckets
 from primal_jax.attention.baselines.soft import SoftAttention, gaussian_kernel, newton_inverse, soft_attention
 from primal_jax.attention.baselines.yoso import YosoAttention, collision_probability, yoso_expectation
 
 __all__ = [
+  "FORMS",
+  "RANDOM_STATE_COLLECTION",
   "yoso_expectation",
   "collision_probability",
   "YosoAttention",
@@ -42,6 +48,15 @@ __all__ = [
   "LongformerAttention",
   "BaselineAttention",
   "CosformerAttention",
+  "FlowformerAttention",
+  "ReformerAttention",
+  "bucket_attention",
+  "causal_favor",
+  "causal_flow_attention",
+  "flow_attention",
+  "lsh_attention",
+  "lsh_buckets",
+  "release_performer_attention",
   "LinearAttention",
   "LinformerAttention",
   "NystromAttention",

@@ -18,11 +18,57 @@ import jax.numpy as jnp
 
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.masks import mask_values_ok, refuse_unhonoured
+from primal_jax.validation import check_choice
+
+# "paper": the mechanism as its paper (and its authors' code) defines it; "release": the formulas of the
+# Primal-Attention release's own baseline code, which the paper's LRA numbers came from (see docs/api.md).
+FORMS = ("paper", "release")
+# Optional variable collection holding random state a layer would otherwise draw from its seed (Performer's
+# features, Reformer's rotations): `apply({"params": ..., RANDOM_STATE_COLLECTION: ...})` replays a recorded draw.
+RANDOM_STATE_COLLECTION = "random_state"
 
 
 def compute_dtype(dtype) -> Any:
   """Feature maps, sums and normalisers run in at least float32, also for bf16 inputs."""
   return jnp.promote_types(dtype, jnp.float32)
+
+
+def check_form(form: str, causal: bool, name: str, release_causal: bool = False) -> None:
+  """`form` is one of FORMS; the release form is refused with causal=True unless the release has a causal form."""
+  check_choice(form, FORMS, "form")
+  if form == "release" and causal and not release_causal:
+    raise ValueError(f"{name}: form='release' has no causal form (the release's code is non-causal); use form='paper'")
+
+
+def random_state(module, name: str, shape: tuple[int, ...], draw) -> jax.Array:
+  """The layer's `name` from the RANDOM_STATE_COLLECTION when the caller passes one, else `draw()`.
+
+  A passed array must have `shape` (ValueError naming the variable otherwise).
+  """
+  if module.has_variable(RANDOM_STATE_COLLECTION, name):
+    value = module.get_variable(RANDOM_STATE_COLLECTION, name)
+    if tuple(value.shape) != tuple(shape):
+      raise ValueError(f"{RANDOM_STATE_COLLECTION}/{name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
+    return jnp.asarray(value)
+  return draw()
+
+
+def decode_carry(module, zeros: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], Any]:
+  """A decoding layer's running state in the `cache` collection: (current values, `store(new)`).
+
+  `zeros` gives each variable's initial value. The initialising call creates the variables and `store`
+  leaves them untouched (so `init` returns the zero state), as `PrimalAttention` does.
+  """
+  initialized = module.has_variable("cache", next(iter(zeros)))
+  variables = {k: module.variable("cache", k, lambda z=z: z) for k, z in zeros.items()}
+  values = {k: var.value for k, var in variables.items()}
+
+  def store(new: dict[str, jax.Array]) -> None:
+    if initialized:
+      for k, var in variables.items():
+        var.value = new[k].astype(var.value.dtype)
+
+  return values, store
 
 
 def padding_masks(
@@ -104,7 +150,8 @@ class BaselineAttention(AttentionShell):
       projection (there is no attention-weight matrix to drop; the
       Nystromformer LRA code that the paper's baselines come from applies none).
     broadcast_dropout: accepted and ignored, as in `PrimalAttention`.
-    decode: True is refused (no decoding cache).
+    decode: True only where `supports_decode` (the constant-state mechanisms keep their running sums in
+      the `cache` collection, `decode_carry`).
     causal: True only where `supports_causal`.
   """
 

@@ -11,27 +11,29 @@ s_ij = <[q_i sin a_i, q_i cos a_i], [k_j sin a_j, k_j cos a_j]>, a kernel of
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from primal_jax.attention.baselines.common import BaselineAttention, compute_dtype
-from primal_jax.attention.baselines.linear import DENOMINATOR_EPS, kernelized_attention
+from primal_jax.attention.baselines.common import check_form, compute_dtype
+from primal_jax.attention.baselines.linear import DENOMINATOR_EPS, KernelizedAttention, kernelized_attention
+from primal_jax.feature_maps import cosine_feature_map
+from primal_jax.validation import check_positive
 
 
-def cosformer_features(x: jax.Array, horizon: int) -> jax.Array:
-  """[relu(x_i) sin a_i, relu(x_i) cos a_i] with a_i = pi/2 (i + 1) / horizon.
+def cosformer_features(x: jax.Array, horizon: int, offset: int | jax.Array = 0) -> jax.Array:
+  """[relu(x_i) sin a_i, relu(x_i) cos a_i] with a_i = pi/2 (offset + i + 1) / horizon.
 
   Args:
     x: [B, H, L, p] queries or keys (before the ReLU).
     horizon: M >= L, the re-weighting's length scale.
+    offset: position of x's first row (decoding continues a sequence).
   Returns:
     [B, H, L, 2p] in the compute dtype.
   """
   dt = compute_dtype(x.dtype)
   relu = jax.nn.relu(x.astype(dt))
-  angle = (math.pi / 2) * jnp.arange(1, x.shape[2] + 1, dtype=dt) / horizon  # [L]
+  angle = (math.pi / 2) * (offset + jnp.arange(1, x.shape[2] + 1)).astype(dt) / horizon  # [L]
   return jnp.concatenate([relu * jnp.sin(angle)[:, None], relu * jnp.cos(angle)[:, None]], axis=-1)
 
 
@@ -59,18 +61,40 @@ def cosformer_attention(
   return kernelized_attention(phi_q, phi_k, v, key_valid, causal=causal, eps=eps)
 
 
-class CosformerAttention(BaselineAttention):
+def release_cos_features(x: jax.Array) -> jax.Array:
+  """The release's "cos" features: F.normalize(x) (x / max(||x||_2, 1e-12)), in the compute dtype."""
+  return cosine_feature_map(x.astype(compute_dtype(x.dtype)))
+
+
+class CosformerAttention(KernelizedAttention):
   """ "cosformer": ReLU features with the cos/sin re-weighting (Qin et al., 2022).
 
   Attributes:
+    form: "paper" (default) or "release": the Primal-Attention release's `CosAttention` (attn_type "cos"),
+      which is L2-normalised linear attention, F.normalize(Q) (F.normalize(K)^T V) / sqrt(N), with no
+      position re-weighting, no ReLU and no normaliser (non-causal only).
     eps: lower clamp of the normaliser.
-    The rest: see `BaselineAttention`; causal=True is supported (prefix sums).
+    horizon: M of the re-weighting; None (default, the official code) = the sequence length. Decoding
+      needs a fixed horizon (the outputs at i depend on M), e.g. the model's max_len.
+    The rest: see `BaselineAttention`; causal=True (prefix sums) and decode=True are supported.
   """
 
+  form: str = "paper"
   eps: float = DENOMINATOR_EPS
+  horizon: int | None = None
 
-  supports_causal: ClassVar[bool] = True
+  def validate(self):
+    check_form(self.form, self.causal, "CosformerAttention")
+    if self.horizon is not None:
+      check_positive(self.horizon, "horizon")
+    if self.decode and self.horizon is None:
+      raise ValueError("CosformerAttention: decode=True needs a fixed horizon (e.g. the model's max_len), got None")
 
-  def attend_heads(self, q, k, v, query_valid, key_valid):
-    del query_valid
-    return cosformer_attention(q, k, v, key_valid, causal=self.causal, eps=self.eps)
+  def num_features_of(self, head_dim):
+    return 2 * head_dim
+
+  def features(self, q, k, offset):
+    if self.form == "release":
+      return release_cos_features(q), release_cos_features(k)
+    horizon = self.horizon or max(q.shape[2], k.shape[2])
+    return cosformer_features(q, horizon, offset), cosformer_features(k, horizon, offset)

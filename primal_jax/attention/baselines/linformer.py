@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from primal_jax.attention.baselines.common import BaselineAttention, compute_dtype, zero_padded
+from primal_jax.attention.baselines.common import BaselineAttention, check_form, compute_dtype, zero_padded
 from primal_jax.validation import check_positive
 
 # The Nystromformer LRA code's init of its projection: N(0, 0.02^2).
@@ -54,9 +54,11 @@ class LinformerAttention(BaselineAttention):
     max_len: L_max, the longest key sequence (columns of E, F); required.
     linformer_k: r, rows of E and F (the release's "linformer-256").
     share_kv: one projection for keys and values (F = E), as the Nystromformer
-      LRA code does; False (default) learns E and F separately. The release
-      also shares E across layers through a class attribute; that global
-      state is not reproduced (each layer owns its projections).
+      LRA code does; False (default) learns E and F separately.
+    form: "paper" (default) or "release": the Primal-Attention release's `LinformerAttention`: one E for
+      keys and values (share_kv is implied) and sequences exactly max_len long (its E is not sliced).
+      The release also shares E across LAYERS (a class attribute); here each layer owns its E, so a
+      converted release checkpoint holds the same E in every layer, and training unties them.
     The rest: see `BaselineAttention` (non-causal only).
 
   Parameters "E" (and "F") are [H, r, L_max] with logical axes ("heads", None, None).
@@ -65,8 +67,10 @@ class LinformerAttention(BaselineAttention):
   max_len: int | None = None
   linformer_k: int = 256
   share_kv: bool = False
+  form: str = "paper"
 
   def validate(self):
+    check_form(self.form, self.causal, "LinformerAttention")
     if self.max_len is None:
       raise ValueError("LinformerAttention needs max_len (the fixed maximum key length of its projections)")
     check_positive(self.max_len, "max_len")
@@ -80,8 +84,13 @@ class LinformerAttention(BaselineAttention):
         f"key length {length} exceeds max_len={self.max_len}: Linformer's projections E, F are "
         f"[heads, linformer_k, max_len]; raise max_len"
       )
+    if self.form == "release" and length != self.max_len:
+      raise ValueError(
+        f"LinformerAttention(form='release') needs key length == max_len ({self.max_len}), got {length}: the "
+        "release pads every input to max_seq_len"
+      )
     init = nn.with_logical_partitioning(nn.initializers.normal(PROJECTION_STDDEV), ("heads", None, None))
     shape = (self.num_heads, self.linformer_k, self.max_len)
     e = self.param("E", init, shape, self.param_dtype)
-    f = e if self.share_kv else self.param("F", init, shape, self.param_dtype)
+    f = e if self.share_kv or self.form == "release" else self.param("F", init, shape, self.param_dtype)
     return linformer_attention(q, k, v, e[:, :, :length], f[:, :, :length], key_valid)

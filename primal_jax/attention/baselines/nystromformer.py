@@ -17,12 +17,12 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from primal_jax.attention.baselines.common import BaselineAttention, compute_dtype, zero_padded
+from primal_jax.attention.baselines.common import BaselineAttention, check_form, compute_dtype, zero_padded
 from primal_jax.initializers import linear_inits
 from primal_jax.validation import check_choice, check_positive
 
 PINV_METHODS = ("iterative", "exact")
-PINV_SCALES = ("matrix", "batch")
+PINV_SCALES = ("matrix", "batch", "release")
 # The Nystromformer LRA code's penalty at padded keys (SoftmaxAttention uses 1e6).
 NYSTROM_MASK_PENALTY = 1e9
 
@@ -52,8 +52,9 @@ def iterative_pinv(a: jax.Array, iterations: int = 6, scale: str = "matrix") -> 
     a: [..., m, m].
     iterations: number of updates (the paper: 6).
     scale: "matrix" takes the norms per matrix; "batch" takes their maxima over
-      all leading axes (the release's default init, which couples the
-      sequences of a batch).
+      all leading axes; "release" is the release's init, Z_0 = A^T / max(column sums)
+      with ONE max over all leading axes and no row-sum factor (it couples the
+      sequences of a batch; for a row-stochastic A it equals "batch" up to rounding).
   Returns:
     [..., m, m].
   """
@@ -64,6 +65,8 @@ def iterative_pinv(a: jax.Array, iterations: int = 6, scale: str = "matrix") -> 
   row = jnp.max(jnp.sum(jnp.abs(a), axis=-1), axis=-1)  # ||A||_inf = max row sum, [...]
   if scale == "batch":
     col, row = jnp.max(col), jnp.max(row)
+  if scale == "release":
+    col, row = jnp.max(jnp.sum(a, axis=-2)), jnp.ones((), a.dtype)
   z = jnp.swapaxes(a, -1, -2) / (col * row)[..., None, None]
   for _ in range(iterations):
     az = a @ z
@@ -158,8 +161,13 @@ class NystromAttention(BaselineAttention):
       values, one K-tap kernel per head; 0 = off. The release uses 35. Odd.
     pinv: "iterative" (the paper) or "exact" (`jnp.linalg.pinv`; tests).
     pinv_iterations: iterations of the pseudo-inverse (the paper: 6).
-    pinv_scale: "matrix" (default; ||A||_1 per sequence and head) or "batch"
-      (the release's init: the maximum over the whole batch).
+    pinv_scale: "matrix" (default; ||A||_1 per sequence and head), "batch" (the maxima of both norms
+      over the whole batch) or "release" (see `iterative_pinv`).
+    form: "paper" (default) or "release": the Primal-Attention release's `NystromAttention`: the pinv
+      init from one max of column sums over the whole batch (pinv_scale="release" implied; the other
+      sequences of the batch change a sequence's output, ~1e-4), pinv="iterative", and the sequence
+      length a multiple of num_landmarks (its segment reshape). The first kernel is unmasked and the
+      padded queries and keys are zeroed in both forms, as the release does.
     The rest: see `BaselineAttention` (non-causal only).
 
   Parameter "conv" is [K, H] with logical axes (None, "heads").
@@ -170,8 +178,15 @@ class NystromAttention(BaselineAttention):
   pinv: str = "iterative"
   pinv_iterations: int = 6
   pinv_scale: str = "matrix"
+  form: str = "paper"
 
   def validate(self):
+    check_form(self.form, self.causal, "NystromAttention")
+    if self.form == "release" and (self.pinv != "iterative" or self.pinv_scale not in ("matrix", "release")):
+      raise ValueError(
+        f"NystromAttention(form='release') uses the release's iterative pinv and its init; got pinv={self.pinv!r}, "
+        f"pinv_scale={self.pinv_scale!r}"
+      )
     check_positive(self.num_landmarks, "num_landmarks")
     check_positive(self.pinv_iterations, "pinv_iterations")
     check_choice(self.pinv, PINV_METHODS, "pinv")
@@ -181,6 +196,12 @@ class NystromAttention(BaselineAttention):
       raise ValueError(f"conv_kernel_size must be 0 (off) or an odd integer >= 1, got {size!r}")
 
   def attend_heads(self, q, k, v, query_valid, key_valid):
+    release = self.form == "release"
+    if release and (q.shape[2] % self.num_landmarks or k.shape[2] != q.shape[2]):
+      raise ValueError(
+        f"NystromAttention(form='release') needs self-attention over a length divisible by num_landmarks "
+        f"({self.num_landmarks}), got {q.shape[2]} queries and {k.shape[2]} keys"
+      )
     out = nystrom_attention(
       q,
       k,
@@ -190,7 +211,7 @@ class NystromAttention(BaselineAttention):
       num_landmarks=self.num_landmarks,
       pinv=self.pinv,
       pinv_iterations=self.pinv_iterations,
-      pinv_scale=self.pinv_scale,
+      pinv_scale="release" if release else self.pinv_scale,
     )
     if self.conv_kernel_size == 0:
       return out

@@ -12,16 +12,27 @@ norm of an independent N(0, I_p) draw.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from primal_jax.attention.baselines.common import BaselineAttention, compute_dtype
+from primal_jax.attention.baselines.common import (
+  BaselineAttention,
+  check_form,
+  compute_dtype,
+  decode_carry,
+  random_state,
+  zero_padded,
+)
 from primal_jax.attention.baselines.linear import kernelized_attention
 from primal_jax.validation import check_positive
 
 # performer-pytorch's `softmax_kernel` eps, added to every feature after the stabilised exp.
 FEATURE_EPS = 1e-4
+# Lower clamp of the normaliser: it binds only for a row with no real key (any real key gives >= ~1e-10);
+# its square is a normal float32, so the clamped division's gradient stays finite (0/tiny^2 would be NaN).
+DENOMINATOR_CLAMP = 1e-18
 
 
 def orthogonal_random_features(key: jax.Array, num_features: int, dim: int) -> jax.Array:
@@ -123,8 +134,86 @@ def performer_attention(
   phi_q = favor_features(q, projection, is_query=True, eps=eps)
   phi_k = favor_features(k, projection, is_query=False, valid=key_valid, eps=eps)
   # The normaliser is > 0 whenever a real key exists (every feature >= eps / sqrt(m)).
-  tiny = float(jnp.finfo(phi_q.dtype).tiny)
-  return kernelized_attention(phi_q, phi_k, v, key_valid, eps=tiny)
+  return kernelized_attention(phi_q, phi_k, v, key_valid, eps=DENOMINATOR_CLAMP)
+
+
+def release_performer_attention(
+  q: jax.Array, k: jax.Array, v: jax.Array, projection: jax.Array, key_valid: jax.Array | None = None
+) -> jax.Array:
+  """The release's `PerformerAttention` (performer-pytorch 1.1.4 `FastAttention`, FAVOR+ features).
+
+  It scales q and k by p^-1/4 and zeroes padded keys and values, then the kernel scales by p^-1/4 AGAIN
+  (so the estimated kernel is exp(q.k / p), not exp(q.k / sqrt(p))); padded keys are zero vectors whose
+  features m^-1/2 (exp(-c) + 1e-4) still enter the key stabiliser c and the normaliser. `kernel_type` of
+  its config is ignored by the release (generalized_attention=False).
+  """
+  dt = compute_dtype(q.dtype)
+  scale = jnp.asarray(q.shape[-1] ** -0.25, dt)
+  q, k, v = q.astype(dt) * scale, zero_padded(k.astype(dt) * scale, key_valid), zero_padded(v.astype(dt), key_valid)
+  phi_q = favor_features(q, projection, is_query=True)
+  phi_k = favor_features(k, projection, is_query=False)
+  return kernelized_attention(phi_q, phi_k, v, None, eps=DENOMINATOR_CLAMP)
+
+
+_FLOOR = -1e30  # the stabiliser of "no key yet": exp(_FLOOR - c) == 0 for any real c
+
+
+def _rescaled_sum(a, b):
+  """Combines (c, S, K) running sums held relative to exp(c): the associative step of the causal scan."""
+  (ca, sa, ka), (cb, sb, kb) = a, b
+  c = jnp.maximum(ca, cb)
+  fa, fb = jnp.exp(ca - c), jnp.exp(cb - c)
+  return c, sa * fa[..., None] + sb * fb[..., None], ka * fa[..., None, None] + kb * fb[..., None, None]
+
+
+def causal_favor(
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  projection: jax.Array,
+  key_valid: jax.Array | None = None,
+  carry: dict | None = None,
+  *,
+  eps: float = FEATURE_EPS,
+) -> tuple[jax.Array, dict]:
+  """Causal FAVOR+: out_i = phi(q_i)^T sum_{j<=i} phi_i(k_j) v_j^T / phi(q_i)^T sum_{j<=i} phi_i(k_j).
+
+  The key stabiliser may not look ahead: phi_i(k_j) = exp(w^T k_j' - ||k_j'||^2 / 2 - c_i) + eps with c_i the
+  running max over the real keys j <= i (the non-causal form's c at i = N), kept with rescaled running sums
+  (an associative scan), so decoding from `carry` reproduces the full forward exactly.
+
+  Args:
+    q, k, v: [B, H, T, p]; projection [m, p]; key_valid [B, T] or None.
+    carry: the sums of earlier positions (`decode`), None at the start.
+  Returns:
+    ([B, H, T, p] in the compute dtype, the carry after the last position).
+  """
+  dt = compute_dtype(q.dtype)
+  b, h, t, p = q.shape
+  m = projection.shape[0]
+  valid = jnp.ones((b, t), bool) if key_valid is None else key_valid
+  phi_q = favor_features(q, projection, is_query=True, eps=eps)
+  ks = k.astype(dt) * jnp.asarray(p**-0.25, dt)
+  exponent = jnp.einsum("bhlp,mp->bhlm", ks, projection.astype(dt)) - 0.5 * jnp.sum(ks * ks, -1, keepdims=True)
+  real = valid[:, None, :]  # [B, 1, T]
+  c = jnp.where(real, jax.lax.stop_gradient(jnp.max(exponent, axis=-1)), _FLOOR)  # [B, H, T]
+  # The exponent is zeroed at padded keys BEFORE the exp: an unbounded one would give exp(inf) * 0 = NaN gradients.
+  e = jnp.where(real[..., None], jnp.exp(jnp.where(real[..., None], exponent - c[..., None], 0.0)), 0.0)
+  v = zero_padded(v.astype(dt), key_valid)
+  c, s, kv = jax.lax.associative_scan(_rescaled_sum, (c, e, jnp.einsum("bhlm,bhlp->bhlmp", e, v)), axis=2)
+  v_sum, count = jnp.cumsum(v, axis=2), jnp.cumsum(jnp.broadcast_to(real, (b, h, t)).astype(dt), axis=2)
+  if carry is None:
+    carry = dict(c=jnp.full((b, h), _FLOOR, dt), s=jnp.zeros((b, h, m), dt), kv=jnp.zeros((b, h, m, p), dt))
+    carry.update(v=jnp.zeros((b, h, p), dt), count=jnp.zeros((b, h), dt))
+  c, s, kv = _rescaled_sum(
+    (carry["c"][:, :, None], carry["s"][:, :, None], carry["kv"][:, :, None]), (c, s, kv)
+  )  # [B, H, T, ...]
+  v_sum, count = v_sum + carry["v"][:, :, None], count + carry["count"][:, :, None]
+  num = jnp.einsum("bhlm,bhlmp->bhlp", phi_q, kv + eps * v_sum[:, :, :, None, :])
+  den = jnp.einsum("bhlm,bhlm->bhl", phi_q, s + eps * count[..., None])
+  out = num / jnp.maximum(den, DENOMINATOR_CLAMP)[..., None]
+  last = dict(c=c[:, :, -1], s=s[:, :, -1], kv=kv[:, :, -1], v=v_sum[:, :, -1], count=count[:, :, -1])
+  return out, last
 
 
 class PerformerAttention(BaselineAttention):
@@ -134,16 +223,26 @@ class PerformerAttention(BaselineAttention):
     num_features: m, the number of random features (the release's "performer-256":
       rp_dim = 256).
     feature_seed: seed of the features, drawn once (never redrawn); every
-      layer with the same seed shares them.
+      layer with the same seed shares them. A `random_state` collection entry
+      "projection" [m, p] (`common.RANDOM_STATE_COLLECTION`) replaces the draw
+      (a converted release checkpoint carries its per-layer matrices there).
     feature_eps: performer-pytorch's eps added to the features.
-    The rest: see `BaselineAttention` (non-causal only).
+    form: "paper" (default) or "release" (`release_performer_attention`: the input scaled by
+      p^-1/4 twice, padded keys kept in the stabiliser and the normaliser; non-causal only).
+    The rest: see `BaselineAttention`; causal=True (`causal_favor`: a running key stabiliser) and
+    decode=True (its running sums: constant-size state) are supported in the paper form.
   """
 
   num_features: int = 256
   feature_seed: int = 0
   feature_eps: float = FEATURE_EPS
+  form: str = "paper"
+
+  supports_causal: ClassVar[bool] = True
+  supports_decode: ClassVar[bool] = True
 
   def validate(self):
+    check_form(self.form, self.causal, "PerformerAttention")
     check_positive(self.num_features, "num_features")
     if not (isinstance(self.feature_eps, int | float) and math.isfinite(self.feature_eps) and self.feature_eps > 0):
       raise ValueError(f"feature_eps must be a finite float > 0, got {self.feature_eps!r}")
@@ -154,4 +253,20 @@ class PerformerAttention(BaselineAttention):
 
   def attend_heads(self, q, k, v, query_valid, key_valid):
     del query_valid
-    return performer_attention(q, k, v, self.projection(q.shape[-1]), key_valid, eps=self.feature_eps)
+    p = q.shape[-1]
+    projection = random_state(self, "projection", (self.num_features, p), lambda: self.projection(p))
+    if self.form == "release":
+      return release_performer_attention(q, k, v, projection, key_valid)
+    if not self.causal:
+      return performer_attention(q, k, v, projection, key_valid, eps=self.feature_eps)
+    if not self.decode:
+      return causal_favor(q, k, v, projection, key_valid, eps=self.feature_eps)[0]
+    dt = compute_dtype(q.dtype)
+    b, h, _, _ = q.shape
+    m = self.num_features
+    zeros = dict(c=jnp.full((b, h), _FLOOR, dt), s=jnp.zeros((b, h, m), dt), kv=jnp.zeros((b, h, m, p), dt))
+    zeros.update(v=jnp.zeros((b, h, p), dt), count=jnp.zeros((b, h), dt))
+    state, store = decode_carry(self, zeros)
+    out, last = causal_favor(q, k, v, projection, key_valid, state, eps=self.feature_eps)
+    store(last)
+    return out
