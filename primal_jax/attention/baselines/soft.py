@@ -147,7 +147,11 @@ class SoftAttention(BaselineAttention):
     q = zero_padded(q.astype(dt) * jnp.asarray(q.shape[-1] ** -0.25, dt), key_valid)
     landmarks = self._conv_landmarks(q) if self.landmarks == "conv" else self._pooled_landmarks(q)  # [B, H, m, p]
     if self.landmark_norm:
-      norm = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=dt, param_dtype=self.param_dtype, name="landmark_norm")
+      norm = nn.LayerNorm(
+        epsilon=LAYER_NORM_EPS, dtype=dt, param_dtype=self.param_dtype, name="landmark_norm",
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("kv",)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("kv",)),
+      )  # fmt: skip
       landmarks = jax.nn.gelu(norm(landmarks), approximate=False)
     return soft_attention(q, landmarks, v.astype(dt), key_valid, iterations=self.newton_iterations)
 
@@ -163,5 +167,7 @@ class SoftAttention(BaselineAttention):
     if length % r:
       raise ValueError(f"landmarks='conv' needs a sequence length divisible by conv_block={r}, got {length}")
     init, _ = linear_inits(self.init_style, r * p)  # Conv2d's fan-in: p channels x its r x r window
-    kernel = self.param("landmark_conv", init, (r, p, p), self.param_dtype).astype(q.dtype)
+    kernel = self.param(
+      "landmark_conv", nn.with_logical_partitioning(init, (None, "kv", "kv")), (r, p, p), self.param_dtype
+    ).astype(q.dtype)
     return jnp.einsum("bhmtp,tpo->bhmo", q.reshape(batch, heads, length // r, r, p), kernel)
