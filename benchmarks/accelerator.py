@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import subprocess
 import sys
@@ -117,6 +118,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  # This process measures the device and then only waits: it must not keep JAX's preallocated share of a GPU's
+  # memory while each benchmark runs (their allocators then backed off to smaller pools on an H200). The
+  # benchmarks themselves start with the caller's environment.
+  child_env = dict(os.environ)
+  os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
   summary = device_summary(args.triad_elements, args.peak_size)
   out = args.out or default_out(summary)
   if out.exists() and any(out.iterdir()):
@@ -134,7 +140,7 @@ def main(argv=None) -> int:
   for run in runs:
     start = time.perf_counter()
     print("running: " + " ".join(run[1:]), flush=True)
-    code = subprocess.run(run, cwd=ROOT, check=False).returncode
+    code = subprocess.run(run, cwd=ROOT, env=child_env, check=False).returncode
     summary["runs"].append({"argv": run[1:], "returncode": code, "seconds": time.perf_counter() - start})
     (out / "device.json").write_text(json.dumps(summary, indent=1) + "\n")  # after each run: a crash keeps the rest
   failed = [r for r in summary["runs"] if r["returncode"]]
