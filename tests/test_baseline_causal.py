@@ -21,6 +21,9 @@ from primal_jax.attention import get_attention
 from primal_jax.models import TransformerConfig
 from primal_jax.models.lm import CausalLM, decode_step, init_cache
 
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, D, H = 2, 12, 16, 2
 CAUSAL = [
   ("linear", {}),

@@ -18,6 +18,9 @@ from primal_jax.convert import cli
 from primal_jax.convert.baseline_cases import release_attention
 from primal_jax.convert.cases import load_case, relative_errors, run_case
 
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-5
 

@@ -20,6 +20,9 @@ from flax import linen as nn
 from primal_jax.attention import ATTENTIONS, get_attention
 from primal_jax.attention.baselines import longformer_attention, newton_inverse, soft_attention, yoso_expectation
 
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, N, D, H = 3, 11, 16, 2
 P = D // H
 NEW = ("longformer", "yoso_e", "soft")

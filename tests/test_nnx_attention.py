@@ -18,6 +18,9 @@ import primal_jax.nnx as pnnx
 from primal_jax.attention import get_attention as linen_class
 from primal_jax.ksvd import collect_terms, ksvd_loss
 
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 
 @pytest.mark.parametrize("name", names())
 def test_outputs_and_gradients_equal_linen(name):

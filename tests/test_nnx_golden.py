@@ -14,6 +14,9 @@ from primal_jax.convert import cases as convert_cases
 from primal_jax.convert.cases import load_case, run_case
 from primal_jax.convert.cli import main, verify
 
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 # The cases of single layers run in seconds; whole models (LRA, Decision Transformer, ViT) are slow on 2 cores.
 LAYER_CLASSES = ("AttentionLayer", "Primal_attention", "PrimalMultiheadAttention")
 

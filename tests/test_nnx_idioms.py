@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from flax import linen as nn
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
@@ -18,6 +19,9 @@ from nnx_cases import B, D, H, N, assert_trees_close, inputs, layer_pair, option
 import primal_jax.nnx as pnnx
 from primal_jax.ksvd import ksvd_loss
 from primal_jax.training.sharding import LOGICAL_AXIS_RULES, make_mesh
+
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
 
 PRIMAL = functools.partial(pnnx.PrimalAttention, num_heads=H, in_features=D, **options("primal"))
 

@@ -15,6 +15,9 @@ from nnx_cases import causal_names, decode_names, names, options
 
 import primal_jax.nnx as pnnx
 
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 VOCAB, DIM, HEADS, LENGTH, BATCH = 13, 16, 2, 8, 4
 
 

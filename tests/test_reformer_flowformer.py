@@ -19,6 +19,9 @@ from primal_jax.attention import get_attention
 from primal_jax.attention.baselines import RANDOM_STATE_COLLECTION
 from primal_jax.attention.baselines.reformer import default_num_buckets
 
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 B, D, H = 2, 16, 2
 P = D // H
 F64 = np.float64

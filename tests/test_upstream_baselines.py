@@ -24,6 +24,9 @@ from primal_jax.attention import get_attention
 from primal_jax.models.builders import build_model
 from primal_jax.training.config_args import load_config
 
+# Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
+pytestmark = pytest.mark.matmul_precision("highest")
+
 DATA = Path(__file__).resolve().parent / "data"
 TOL = 1e-5
 
