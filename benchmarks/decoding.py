@@ -234,7 +234,8 @@ def markdown(results: dict) -> str:
   return "\n\n".join(parts) + "\n"
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
+  """The benchmark's settings from command-line style arguments (what `measure` takes; notebooks use it too)."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--contexts", type=_ints, default=[1024, 4096, 16384, 65536])
   parser.add_argument("--layers", type=int, default=4)
@@ -264,6 +265,11 @@ def main(argv=None) -> None:
     parser.error(f"--contexts must all exceed --steps + 1 = {args.steps + 1}")
   if args.scaling_batches and args.scaling_context <= args.steps + 1:
     parser.error(f"--scaling_context must exceed --steps + 1 = {args.steps + 1}")
+  return args
+
+
+def main(argv=None) -> None:
+  args = parse_args(argv)
   results = measure(args)
   text = markdown(results)
   print(text)

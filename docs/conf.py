@@ -38,7 +38,16 @@ include_patterns = [
   "benchmarks/results/**.md", "experiments/results/**.md",  # the records the pages link to
 ]  # fmt: skip
 # decoding.md is a bare table (no title) that no page links to.
-exclude_patterns = ["docs/_build", ".git", ".venv*", "build", "dist", "workdirs", "benchmarks/results/decoding/*"]
+exclude_patterns = [
+  "docs/_build",
+  ".git",
+  ".venv*",
+  "build",
+  "dist",
+  "workdirs",
+  "benchmarks/results/decoding/*",
+  "benchmarks/results/**/decoding.md",
+]  # decoding tables carry no title; the pages show them
 # The generated benchmark records put their tables under H3 headings directly below the H1 (a style warning).
 suppress_warnings = ["myst.header"]
 

@@ -717,4 +717,5 @@ def test_load_case_errors(tmp_path):
 
 
 def test_runners_cover_the_release_classes():
-  assert set(convert_cases.RUNNERS) == set(tref.RUNNERS)
+  # The release's RL Flowformer layer (a baseline) has its float64 reference in tests/test_reformer_flowformer.py.
+  assert set(convert_cases.RUNNERS) - {"Flowformer_attention"} == set(tref.RUNNERS)

@@ -83,7 +83,9 @@ def describe_checkpoint(path) -> str:
   from primal_jax.models.config import stack_name
 
   path = Path(path).expanduser().resolve()
-  for folder in (path, path.parent, path.parent.parent):
+  folders = [path, path.parent]  # the step folder or checkpoints/ or the workdir, and the folders above it
+  folders.append(folders[-1].parent)
+  for folder in folders:
     config_file, described = folder / "config.json", folder / "vit_model.json"
     try:
       if config_file.is_file():
