@@ -19,6 +19,7 @@ from primal_jax.attention.registry import (
   get_attention,
   option_names,
   register_attention,
+  registered_attention,
   unregister_attention,
 )
 from primal_jax.attention.shell import SPECTRUM_COLLECTION, AttentionShell
@@ -40,5 +41,6 @@ __all__ = [
   "option_names",
   "primal_head",
   "register_attention",
+  "registered_attention",
   "unregister_attention",
 ]

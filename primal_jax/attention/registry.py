@@ -13,7 +13,6 @@ override them.
 from __future__ import annotations
 
 import dataclasses
-import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,9 +32,17 @@ from primal_jax.attention.gpt2 import GPT2Attention
 from primal_jax.attention.primal import PrimalAttention
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.attention.softmax import SoftmaxAttention
-from primal_jax.errors import ConfigError
+from primal_jax.registry import Registry
 
-_ATTENTIONS: dict[str, type[AttentionShell]] = {
+
+def _check_attention(cls) -> None:
+  if not (isinstance(cls, type) and issubclass(cls, AttentionShell)):
+    raise ValueError(f"an attention must subclass primal_jax.attention.AttentionShell, got {cls!r}")
+
+
+# name -> AttentionShell subclass: a read-only Mapping; extend it with `register_attention`.
+ATTENTIONS: Registry[type[AttentionShell]] = Registry("attention", "attention", _check_attention)
+for _name, _cls in {
   "primal": PrimalAttention,
   "softmax": SoftmaxAttention,
   # Softmax with GPT-2's masking arithmetic (the Decision Transformer release's non-Primal layers).
@@ -46,15 +53,15 @@ _ATTENTIONS: dict[str, type[AttentionShell]] = {
   "linformer": LinformerAttention,
   "nystromformer": NystromAttention,
   "cosformer": CosformerAttention,
-  # Issue 28 (release parity): the release's LRA Reformer and its RL Flowformer.
+  # The release's LRA Reformer and its RL Flowformer.
   "reformer": ReformerAttention,
   "flowformer": FlowformerAttention,
   # Non-release baselines of the paper's tables, against their authors' code (tools/upstream_baselines.py).
   "longformer": LongformerAttention,
   "yoso_e": YosoAttention,
   "soft": SoftAttention,
-}
-ATTENTIONS = types.MappingProxyType(_ATTENTIONS)  # read-only view; extend with `register_attention`
+}.items():
+  ATTENTIONS.register(_name, _cls, builtin=True)
 
 # Attributes the model sets on every layer (`TransformerConfig`); a layer's options may not. `init_style` is the
 # model's default that a layer may override: the release's CV Primal blocks keep PyTorch's default Linear init
@@ -64,28 +71,24 @@ MODEL_FIELDS = frozenset({"num_heads", "causal", "decode", "dtype", "param_dtype
 _FLAX_FIELDS = frozenset({"parent", "name"})
 
 
-def register_attention(name: str, cls: type[AttentionShell]) -> None:
+def register_attention(name: str, cls: type[AttentionShell], *, replace: bool = False) -> None:
   """Makes `cls` available to every model by `name` (one line per mechanism)."""
-  if not (isinstance(cls, type) and issubclass(cls, AttentionShell)):
-    raise ValueError(f"an attention must subclass primal_jax.attention.AttentionShell, got {cls!r}")
-  if name in _ATTENTIONS and _ATTENTIONS[name] is not cls:
-    raise ValueError(f"attention name {name!r} is already registered for {_ATTENTIONS[name].__name__}")
-  _ATTENTIONS[name] = cls
+  ATTENTIONS.register(name, cls, replace=replace)
 
 
 def unregister_attention(name: str) -> None:
-  """Removes a mechanism registered with `register_attention` (tests clean up with it)."""
-  if name not in _ATTENTIONS:
-    raise ValueError(f"no attention is registered as {name!r}")
-  del _ATTENTIONS[name]
+  """Removes a mechanism registered with `register_attention` (a replaced built-in gets its own class back)."""
+  ATTENTIONS.unregister(name)
+
+
+def registered_attention(name: str, cls: type[AttentionShell], *, replace: bool = False):
+  """`register_attention` for the duration of a `with` block."""
+  return ATTENTIONS.registered(name, cls, replace=replace)
 
 
 def get_attention(name: str, where: str = "attention") -> type[AttentionShell]:
   """The attention class registered under `name` (one of `ATTENTIONS`); `where` names the argument in errors."""
-  try:
-    return _ATTENTIONS[name]
-  except (KeyError, TypeError):
-    raise ConfigError(f"{where} must be one of {tuple(_ATTENTIONS)}, got {name!r}") from None
+  return ATTENTIONS.get(name, where)
 
 
 def option_names(name: str) -> tuple[str, ...]:
