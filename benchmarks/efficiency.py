@@ -55,16 +55,16 @@ from benchmarks import harness as bm
 from benchmarks import process_load
 from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.attention.softmax import SoftmaxAttention
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.launch import host_allocator
 from primal_jax.models.builders import build_model
-from primal_jax.training.config_args import load_config
 from primal_jax.training.optimizers import make_optimizer
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
 from primal_jax.training.state import abstract_state, init_state, make_init_fn
 from primal_jax.training.steps import ksvd_spec, make_train_step
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = "lra"  # primal_jax/configs/lra.py, by name (or pass a config file)
+DEFAULT_CONFIG = "lra"  # primal_jax/tasks/lra/config.py, by name (or pass a config file)
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 REFERENCE = "softmax"
 SINGLE_MARKER = "EFFICIENCY_SINGLE_JSON "

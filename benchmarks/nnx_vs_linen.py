@@ -32,7 +32,7 @@ import primal_jax.nnx as pnnx
 from benchmarks.harness import call_seconds, interleaved_timings
 from primal_jax.ksvd import ksvd_loss
 
-# The LRA models' attention (primal_jax/configs/lra.py): dim 64, 2 heads of 32; PrimalFormer's s = 20 (ListOps
+# The LRA models' attention (primal_jax/tasks/lra/config.py): dim 64, 2 heads of 32; PrimalFormer's s = 20 (ListOps
 # uses 20..40 by task), n = 10 s sampled rows.
 LRA_OPTIONS = {"primal": dict(low_rank=20, rank_multi=10), "linformer": dict(max_len=4096)}
 

@@ -11,6 +11,7 @@ as committed, without executing them (tests/test_notebook.py runs them). tests/t
 site with warnings as errors.
 """
 
+import re
 import shutil
 from pathlib import Path
 
@@ -71,10 +72,10 @@ html_title = f"primal_jax {release}"
 
 # Docstrings written as plain text that docutils cannot parse, in modules other work was changing when the
 # docs build arrived: shown verbatim (a literal block) rather than reformatted. The config files' docstrings
-# (`primal_jax.configs.*`: the exact command, hardware, runtime and target, laid out for a terminal) are all
-# shown so. Narrow on purpose: any other docstring that breaks the build fails tests/test_docs_build.py and is
+# (`primal_jax.tasks.<family>.config`: the exact command, hardware, runtime and target, laid out for a terminal)
+# are all shown so. Narrow on purpose: any other docstring that breaks the build fails tests/test_docs_build.py and is
 # fixed in the docstring.
-VERBATIM_PACKAGES = ("primal_jax.configs.",)
+VERBATIM_MODULES = re.compile(r"^primal_jax\.tasks\.\w+\.config(\.|$)")
 VERBATIM_DOCSTRINGS = (
   "primal_jax.convert.cli",
   "primal_jax.data.registry",
@@ -84,7 +85,7 @@ VERBATIM_DOCSTRINGS = (
 
 
 def _verbatim(app, what, name, obj, options, lines):
-  if (name in VERBATIM_DOCSTRINGS or name.startswith(VERBATIM_PACKAGES)) and lines:
+  if (name in VERBATIM_DOCSTRINGS or VERBATIM_MODULES.match(name)) and lines:
     lines[:] = ["::", "", *(f"  {line}" for line in lines)]
 
 

@@ -3,10 +3,10 @@ r"""Generate text from a trained byte-level language model: `primal-generate`, r
   python -m experiments.generate --workdir=/tmp/lm_primalformer --prompt="Anarchism is" \
     --prompt="The " --max_new_tokens=200 --temperature=0.8 --top_p=0.95 --seed=0
 
-The work is in `primal_jax.training.generate_cli` (flags: `--help`).
+The work is in `primal_jax.cli.generate` (flags: `--help`).
 """
 
-from primal_jax.training.generate_cli import generate_from_run, main
+from primal_jax.cli.generate import generate_from_run, main
 
 __all__ = ["generate_from_run", "main"]
 

@@ -6,7 +6,7 @@ Also installed as `primal-train`; `--help` says how to name a config (a packaged
 or any config file by path). The work is in `primal_jax.training`.
 """
 
-from primal_jax.training.cli import run
+from primal_jax.cli.train import run
 
 if __name__ == "__main__":
   run()

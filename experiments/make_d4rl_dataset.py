@@ -3,7 +3,7 @@
   python -m experiments.make_d4rl_dataset --env=hopper --level=all --size=100000
 
 writes `<cache>/d4rl/<env>-<level>-v4-n<size>-s<seed>.hdf5` (D4RL layout, sha256 in the `.json` beside it) by
-rolling out the committed behaviour policies (`primal_jax/rl/policies/<env>/`), and with `--record`
+rolling out the committed behaviour policies (`primal_jax/tasks/offline_rl/policies/<env>/`), and with `--record`
 adds each summary (transitions, episodes, mean return, normalised score, sha256, wall time) to
 `experiments/results/d4rl/datasets.json`. A size below 1 or a policy directory without the level's actors ends
 in one line on stderr and exit status 2, before anything is written.
@@ -21,7 +21,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "d4r
 
 
 def main(argv=None):
-  from primal_jax.rl import datasets as ds
+  from primal_jax.tasks.offline_rl import datasets as ds
 
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--env", default="hopper", choices=["hopper", "halfcheetah", "walker2d"])
@@ -29,7 +29,7 @@ def main(argv=None):
   p.add_argument("--size", type=int, default=ds.DEFAULT_SIZE, help="transitions per level (medium-expert: 2x)")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--cache_dir", default=None, help="default: $PRIMAL_JAX_DATA or ~/.cache/primal_jax")
-  p.add_argument("--policy_dir", default=None, help="default: the committed primal_jax/rl/policies/<env>")
+  p.add_argument("--policy_dir", default=None, help="default: the committed primal_jax/tasks/offline_rl/policies/<env>")
   p.add_argument(
     "--record", action="store_true", help=f"add the summaries to {RESULTS.relative_to(RESULTS.parents[3])}"
   )

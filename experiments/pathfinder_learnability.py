@@ -34,7 +34,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from primal_jax.data.pathfinder import generate_pathfinder
+from primal_jax.tasks.lra.pathfinder import generate_pathfinder
 
 
 class SmallConvNet(nn.Module):

@@ -17,7 +17,7 @@ from __future__ import annotations
 def main() -> None:
   from absl import app, flags, logging
 
-  from primal_jax.training.cli import define_config_flag
+  from primal_jax.cli.train import define_config_flag
   from primal_jax.training.experiment import write_initial_run
 
   config_flag, _ = define_config_flag("a packaged config's name or a config file, with optional ':ARGS'")

@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 
 from primal_jax.atomic_files import read_json
+from primal_jax.cli.config_lookup import load_config, load_module
 from primal_jax.errors import ConfigError
 from primal_jax.launch import host_allocator
-from primal_jax.training.config_args import load_config, load_module
 from primal_jax.training.workdir_lock import WorkdirLock, WorkdirLockedError, lock_holder
 
 # Overrides per protocol. "release": the release's (test evaluated at every epoch, the best reported).
@@ -94,7 +94,7 @@ class SweepLockedError(ConfigError):
   """Another sweep with the same shard spec is running in the workdir (one line for the CLI)."""
 
 
-CHILD_MODULE = "primal_jax.training.cli"  # what `python -m experiments.main` runs
+CHILD_MODULE = "primal_jax.cli.train"  # what `python -m experiments.main` runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,7 +325,7 @@ def _follow(path: Path, offset: int, proc: subprocess.Popen, log) -> None:
 
 
 def _run_subprocess(planned: PlannedRun, run_dir: Path, cache_dir: Path | None, log, echo: bool) -> dict:
-  """Train in `python -m primal_jax.training.cli` (what experiments.main runs).
+  """Train in `python -m primal_jax.cli.train` (what experiments.main runs).
 
   The child writes straight to `train.log` (not through a pipe), so it can still save and exit cleanly
   when the sweep process dies; `echo` follows that file.

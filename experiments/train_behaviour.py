@@ -12,7 +12,7 @@ Run the same command again to resume: the workdir holds a checkpoint every `--ch
 picks, from the actor snapshots evaluated along the run, `medium` (stochastic-policy normalised score closest
 to 40 among the first snapshots inside D4RL's medium band 30-50), `expert` (the best) and the medium-replay
 snapshots (evenly spaced from step 0 up to `medium`), re-evaluates medium and expert on 5 episodes, writes them with
-`policies.json` under `primal_jax/rl/policies/<env>/` (package data: the wheel ships them).
+`policies.json` under `primal_jax/tasks/offline_rl/policies/<env>/` (package data: the wheel ships them).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import shlex
 import sys
 from pathlib import Path
 
-POLICIES = Path(__file__).resolve().parents[1] / "primal_jax" / "rl" / "policies"  # = rl.datasets.POLICY_ROOT
+# = primal_jax.tasks.offline_rl.datasets.POLICY_ROOT
+POLICIES = Path(__file__).resolve().parents[1] / "primal_jax" / "tasks" / "offline_rl" / "policies"
 EXPORT_EPISODES = 5
 MAX_REPLAY = 8
 
@@ -52,7 +53,7 @@ def parse(argv=None):
 
 
 def _config(args):
-  from primal_jax.rl.behaviour import TrainConfig
+  from primal_jax.tasks.offline_rl.behaviour import TrainConfig
 
   keys = ["env", "seed", "total_steps", "start_steps", "update_after", "update_every", "checkpoint_every"]
   keys += ["snapshot_every", "eval_episodes", "batch_size"]
@@ -75,7 +76,7 @@ def _sha256(path: Path) -> str:
 
 
 def export(args, train_command: str):
-  from primal_jax.rl import policy as pol
+  from primal_jax.tasks.offline_rl import policy as pol
 
   workdir, out = Path(args.workdir), Path(args.out) / args.env
   evals = _evals(workdir)
@@ -154,7 +155,7 @@ def main(argv=None):
   if args.export:
     export(args, (Path(args.workdir) / "command.txt").read_text().strip())
     return
-  from primal_jax.rl.behaviour import Trainer
+  from primal_jax.tasks.offline_rl.behaviour import Trainer
 
   Path(args.workdir).mkdir(parents=True, exist_ok=True)
   (Path(args.workdir) / "command.txt").write_text(command + "\n")

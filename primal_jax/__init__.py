@@ -71,3 +71,7 @@ __all__ = [
   "softmax_kernel_feature_map",
   "softmax_kernel_normalizer",
 ]
+
+# Last: registers the built-in families' tasks and configs (lazy entries; imports none of them), so that
+# `import primal_jax.<anything>` sees them.
+import primal_jax.tasks  # noqa: E402, F401, I001

@@ -45,8 +45,8 @@ def _matmul_precision(request):
 @pytest.fixture(scope="session")
 def jv_tfds_dir(tmp_path_factory):
   """One prepared TFDS copy of JapaneseVowels for the session (skips if the aeon wheel is unreachable)."""
-  from primal_jax.data.aeon_wheel import DatasetFetchError
-  from primal_jax.data.uea_tfds import prepare_uea
+  from primal_jax.tasks.uea.aeon_wheel import DatasetFetchError
+  from primal_jax.tasks.uea.tfds_dataset import prepare_uea
 
   path = tmp_path_factory.mktemp("tfds")
   try:

@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.aeon_wheel: pinned UEA files extracted from the aeon wheel.
+"""Tests of primal_jax.tasks.uea.aeon_wheel: pinned UEA files extracted from the aeon wheel.
 
 Everything except the last test runs offline: `_download_wheel` is replaced by a
 function that copies a fake wheel built in tmp_path, and pip failures are
@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from primal_jax.data import aeon_wheel
-from primal_jax.data.aeon_wheel import DatasetFetchError, fetch_aeon_dataset, load_aeon_split, member_path
-from primal_jax.data.uea_archive import load_uea
+from primal_jax.tasks.uea import aeon_wheel
+from primal_jax.tasks.uea.aeon_wheel import DatasetFetchError, fetch_aeon_dataset, load_aeon_split, member_path
+from primal_jax.tasks.uea.archive import load_uea
 
 TOY_TRAIN = b"@problemName Toy\n@dimensions 2\n@classLabel true a b\n@data\n1,2:3,4:a\n5:6:b\n"
 TOY_TEST = b"@problemName Toy\n@dimensions 2\n@classLabel true a b\n@data\n7,8,9:1,2,3:b\n"

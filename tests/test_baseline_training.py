@@ -152,8 +152,8 @@ def test_bf16_kernel_sums_run_in_float32(name):
 def test_lra_configs_name_the_release_forms():
   """The LRA configs run the baselines the paper took from the release in the release's form, at the release's
   power-of-two padded length; the textbook forms stay available by option."""
-  from primal_jax.configs.lra import RELEASE_BASELINES
-  from primal_jax.training.config_args import load_config
+  from primal_jax.cli.config_lookup import load_config
+  from primal_jax.tasks.lra.config import RELEASE_BASELINES
 
   for model in ("linear", "cosformer", "linformer", "nystromformer", "performer"):
     config = load_config(f"lra:task=listops,model={model}")

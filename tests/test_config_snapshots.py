@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from primal_jax.training.config_args import config_module
+from primal_jax.cli.config_lookup import config_function
 
 SNAPSHOT = json.loads((Path(__file__).parent / "data" / "config_snapshots.json").read_text())
 
 
 def _as_json(name: str, arg: str):
-  config = config_module(name).get_config(arg or None)
+  config = config_function(name)(arg or None)
   return json.loads(json.dumps(config.to_dict(), sort_keys=True, default=repr))
 
 

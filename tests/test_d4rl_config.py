@@ -1,4 +1,4 @@
-"""The `d4rl` config (primal_jax/configs/d4rl.py) and experiments/sweeps/d4rl.py: every model builds, the
+"""The `d4rl` config (primal_jax/tasks/offline_rl/config.py) and experiments/sweeps/d4rl.py: every model builds, the
 smoke run trains and is evaluated by rollouts end to end, and the sweep plans the runs it documents."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ pytest.importorskip("mujoco")
 pytest.importorskip("h5py")
 
 from experiments.sweeping import load_sweep, plan  # noqa: E402
+from primal_jax.cli.config_lookup import load_config  # noqa: E402
 from primal_jax.models.builders import build_model  # noqa: E402
-from primal_jax.rl.segments import RLDatasetInfo  # noqa: E402
-from primal_jax.training.config_args import load_config  # noqa: E402
+from primal_jax.tasks.offline_rl.input_pipeline import RLDatasetInfo  # noqa: E402
 from primal_jax.training.loop import train_and_evaluate  # noqa: E402
 
 CONFIG = "d4rl"

@@ -94,26 +94,26 @@ def test_register_a_task():
   with pytest.raises(ValueError, match="unknown task 'toy_regression'"):
     registry.get_input_pipeline(config)
   with registry.registered_task("toy_regression", factory):
-    assert "toy_regression" in registry.INPUT_PIPELINES
+    assert "toy_regression" in registry.TASKS
     assert registry.get_input_pipeline(config, process_index=1, process_count=2) == "pipeline"
     with pytest.raises(ValueError, match="already registered"):
-      registry.register_task("toy_regression", factory)
+      registry.register_task("toy_regression", lambda data_config, **hosts: None)
   assert built == [("toy_regression", 1, 2)]
-  assert "toy_regression" not in registry.INPUT_PIPELINES
-  with pytest.raises(ValueError, match="factory must be callable"):
+  assert "toy_regression" not in registry.TASKS
+  with pytest.raises(ValueError, match="a task must be callable"):
     registry.register_task("x", None)
-  with pytest.raises(ValueError, match="name must be a registered task"):
+  with pytest.raises(ValueError, match="no task is registered as .toy_regression."):
     registry.unregister_task("toy_regression")
 
 
 def test_replacing_a_builtin_task_is_undone():
-  original = registry.INPUT_PIPELINES["uea"]
+  original = registry.TASKS["uea"]
   registry.register_task("uea", lambda config, **hosts: None, replace=True)
   try:
-    assert registry.INPUT_PIPELINES["uea"] is not original
+    assert registry.TASKS["uea"] is not original
   finally:
     registry.unregister_task("uea")
-  assert registry.INPUT_PIPELINES["uea"] is original
+  assert registry.TASKS["uea"] is original
 
 
 def test_package_exports():

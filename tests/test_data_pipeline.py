@@ -14,10 +14,11 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import core, pipeline, registry, uea
-from primal_jax.data.aeon_wheel import DatasetFetchError, fetch_aeon_dataset
-from primal_jax.data.uea_archive import load_uea
-from primal_jax.data.uea_tfds import prepare_uea
+from primal_jax.data import core, pipeline, registry, splits
+from primal_jax.tasks.uea import input_pipeline as uea
+from primal_jax.tasks.uea.aeon_wheel import DatasetFetchError, fetch_aeon_dataset
+from primal_jax.tasks.uea.archive import load_uea
+from primal_jax.tasks.uea.tfds_dataset import prepare_uea
 
 KEYS = ("inputs", "mask", "label", "weight", "index")
 
@@ -266,10 +267,10 @@ def test_validation_split_is_stratified_disjoint_and_covering(make_config, jv_re
 
 
 def test_registry_and_config_errors(make_config):
-  assert {"uea", "listops"} <= set(registry.INPUT_PIPELINES)
+  assert {"uea", "listops"} <= set(registry.TASKS)
   with pytest.raises(TypeError):
-    registry.INPUT_PIPELINES["lra"] = uea.make_uea_pipeline
-  registered = ", ".join(sorted(registry.INPUT_PIPELINES))
+    registry.TASKS["lra"] = uea.make_uea_pipeline
+  registered = ", ".join(sorted(registry.TASKS))
   with pytest.raises(ValueError, match=f"unknown task 'lra'; registered tasks: {registered}$"):
     registry.get_input_pipeline(make_config(task="lra"))
   config = make_config()
@@ -317,10 +318,10 @@ def test_non_finite_values_name_dataset_split_and_example():
 
 def test_validation_split_edge_cases():
   labels = np.array([0, 1, 2, 3, 3, 3, 3, 3])  # three singleton classes cannot be stratified
-  train, val = uea.validation_split(labels, 0.5, seed=0)
+  train, val = splits.validation_split(labels, 0.5, seed=0)
   assert len(val) == 4 and not set(train) & set(val)
   np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), np.arange(8))
-  train, val = uea.validation_split(np.array([0, 0, 1, 1]), 0.01, seed=0)
+  train, val = splits.validation_split(np.array([0, 0, 1, 1]), 0.01, seed=0)
   assert len(val) == 1 and len(train) == 3  # at least one validation case
   with pytest.raises(ValueError, match="at least 2 training cases"):
-    uea.validation_split(np.array([0]), 0.5, seed=0)
+    splits.validation_split(np.array([0]), 0.5, seed=0)

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from primal_jax.training.config_args import load_config
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.training.loop import load_state
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,24 +24,21 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from primal_jax import tasks
 from primal_jax.data import registry
 from primal_jax.errors import ConfigError
+from primal_jax.registry import Lazy
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERNAL = ("primal_jax", "experiments")  # the packages whose imports are followed
-# The packaged configs' families and the tasks their configs name; a new task must join one (test below).
-FAMILY_TASKS = {
-  "uea": ("uea",),
-  "lra": ("listops", "lra_image", "lra_text", "lra_retrieval", "pathfinder"),
-  "lm": ("text_bytes", "text_words"),
-  "vit": ("images",),
-  "d4rl": ("d4rl",),
-}
-TRAINING_BINARY = ("experiments.main", "primal_jax.training.cli", "primal_jax.models.builders")
+# The families (primal_jax.tasks.FAMILIES, the one list) by config name, and their tasks' lazy entries.
+FAMILIES = {family.config: family for family in tasks.FAMILIES}
+BUILTIN_TASKS = {task: registry.TASKS.lazy_entry(task) for family in tasks.FAMILIES for task in family.tasks}
+TRAINING_BINARY = ("experiments.main", "primal_jax.cli.train", "primal_jax.models.builders")
 # Entry points besides the families: (modules, the extras that serve them). The console scripts must be here.
 ENTRY_POINTS = {
   "primal-train": (TRAINING_BINARY, ("train",)),
-  "primal-generate": (("experiments.generate", "primal_jax.training.generate_cli"), ("train",)),
+  "primal-generate": (("experiments.generate", "primal_jax.cli.generate"), ("train",)),
   "primal-convert": (("primal_jax.convert.cli", "primal_jax.convert.__main__"), ("train",)),  # timm: orbax
   "primal-convert verify": (("primal_jax.convert.cases",), ()),  # the library alone
   "import primal_jax": (("primal_jax", "primal_jax.models", "primal_jax.attention", "primal_jax.data"), ()),
@@ -197,14 +194,16 @@ def providers():
   return importlib.metadata.packages_distributions()
 
 
-def family_entry(family: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-  tasks = [registry.BUILTIN_TASKS[t] for t in FAMILY_TASKS[family]]
-  modules = (f"primal_jax.configs.{family}", *TRAINING_BINARY, *(t.module for t in tasks))
-  extras = tuple(sorted({e for t in tasks for e in t.extras}))
+def family_entry(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+  family = FAMILIES[name]
+  entries = [BUILTIN_TASKS[t] for t in family.tasks]
+  config = tasks.CONFIGS.lazy_entry(name)
+  modules = (config.module, *TRAINING_BINARY, *(t.module for t in entries))
+  extras = tuple(sorted({e for t in (config, *entries) for e in t.extras}))
   return modules, extras
 
 
-@pytest.mark.parametrize("family", sorted(FAMILY_TASKS))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_each_family_is_installed_by_its_extras(family, requirements, providers):
   modules, extras = family_entry(family)
   assert set(extras) <= set(requirements), extras
@@ -214,10 +213,10 @@ def test_each_family_is_installed_by_its_extras(family, requirements, providers)
     assert extras == ("train",)
 
 
-@pytest.mark.parametrize("task", sorted(registry.BUILTIN_TASKS))
+@pytest.mark.parametrize("task", sorted(BUILTIN_TASKS))
 def test_each_input_pipeline_alone_is_installed_by_the_data_extra(task, requirements, providers):
-  extras = ("data", *(e for e in registry.BUILTIN_TASKS[task].extras if e != "train"))
-  _, external = reachable(ROOT, [registry.BUILTIN_TASKS[task].module])
+  extras = ("data", *(e for e in BUILTIN_TASKS[task].extras if e != "train"))
+  _, external = reachable(ROOT, [BUILTIN_TASKS[task].module])
   assert not unserved(external, requirements, extras, providers)
 
 
@@ -229,9 +228,11 @@ def test_each_command_is_installed_by_its_extras(entry, requirements, providers)
 
 
 def test_every_family_task_and_console_script_is_covered():
-  configs = {p.stem for p in (ROOT / "primal_jax" / "configs").glob("*.py") if not p.stem.startswith("_")}
-  assert configs == set(FAMILY_TASKS)
-  assert sorted(t for tasks in FAMILY_TASKS.values() for t in tasks) == sorted(registry.BUILTIN_TASKS)
+  """Every family folder is in the family list with a config; every registered task and config is a family's."""
+  folders = {p.parent.name for p in (ROOT / "primal_jax" / "tasks").glob("*/config.py")}
+  assert folders == {family.folder for family in tasks.FAMILIES}
+  assert set(tasks.CONFIGS) == set(FAMILIES)
+  assert set(registry.TASKS) == set(BUILTIN_TASKS) and None not in BUILTIN_TASKS.values()
   parser = configparser.ConfigParser()
   parser.read(ROOT / "setup.cfg")
   scripts = {line.split("=")[0].strip() for line in parser["options.entry_points"]["console_scripts"].splitlines()}
@@ -242,7 +243,7 @@ def test_the_training_binary_imports_no_task_and_no_other_familys_dependency():
   """Statically: the binary reaches no task module (the registry names them as strings), so a family's run
   imports the binary's modules and its own; and the UEA family reaches neither Pillow nor MuJoCo."""
   modules, external = reachable(ROOT, TRAINING_BINARY)
-  assert not modules & {t.module for t in registry.BUILTIN_TASKS.values()}
+  assert not modules & {t.module for t in BUILTIN_TASKS.values()}
   assert not set(external) & OTHER_FAMILIES_DEPS
   _, uea = reachable(ROOT, family_entry("uea")[0])
   assert not set(uea) & OTHER_FAMILIES_DEPS, uea
@@ -259,7 +260,7 @@ def test_a_uea_run_imports_no_vision_or_rl_dependency_at_run_time():
   code = (
     "import sys, primal_jax, primal_jax.training, primal_jax.models, primal_jax.training.loop\n"
     "from primal_jax.data import registry\n"
-    "registry.INPUT_PIPELINES['uea']\n"
+    "registry.get_task('uea')\n"
     f"print(sorted(set(m.partition('.')[0] for m in sys.modules) & set({sorted(OTHER_FAMILIES_DEPS)!r})))\n"
   )
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -269,21 +270,20 @@ def test_a_uea_run_imports_no_vision_or_rl_dependency_at_run_time():
 def test_a_task_whose_dependency_is_missing_is_refused_naming_the_module_and_extra(tmp_path, monkeypatch):
   (tmp_path / "task_without_its_dependency.py").write_text("import no_such_dependency_xyz\n")
   monkeypatch.syspath_prepend(str(tmp_path))
-  task = registry.BuiltinTask("task_without_its_dependency:make", ("train", "rl"))
-  monkeypatch.setitem(registry.BUILTIN_TASKS, "toy_missing", task)
-  monkeypatch.setitem(registry._FACTORIES, "toy_missing", None)
+  task = Lazy("task_without_its_dependency:make", ("train", "rl"))
   config = types.SimpleNamespace(task="toy_missing")
-  message = "data.task='toy_missing' needs the 'no_such_dependency_xyz' module, which is not installed: "
-  with pytest.raises(ConfigError, match=rf"^{message}pip install 'primal-jax\[train,rl\]'$"):
-    registry.get_input_pipeline(config)
+  message = "task 'toy_missing' needs the 'no_such_dependency_xyz' module, which is not installed: "
+  with registry.registered_task("toy_missing", task):
+    with pytest.raises(ConfigError, match=rf"^{message}pip install 'primal-jax\[train,rl\]'$"):
+      registry.get_input_pipeline(config)
 
 
 def test_builtin_tasks_are_imported_on_first_use():
-  factory = registry.INPUT_PIPELINES["listops"]
-  from primal_jax.data.listops import make_listops_pipeline
+  factory = registry.TASKS["listops"]
+  from primal_jax.tasks.lra.listops import make_listops_pipeline
 
-  assert factory is make_listops_pipeline and registry.INPUT_PIPELINES["listops"] is factory
-  assert len(registry.INPUT_PIPELINES) == len(list(registry.INPUT_PIPELINES)) >= len(registry.BUILTIN_TASKS)
+  assert factory is make_listops_pipeline and registry.get_task("listops") is factory
+  assert len(registry.TASKS) == len(list(registry.TASKS)) >= len(BUILTIN_TASKS)
 
 
 # The checker itself, on a synthetic package: an import added without its extra fails.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from experiments.generate import main as generate_main
-from primal_jax.training.config_args import load_config
+from primal_jax.cli.config_lookup import load_config
 
 
 def _refusal(capsys, argv) -> str:

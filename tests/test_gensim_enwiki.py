@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.gensim_enwiki: the Wikipedia XML of the gensim wheel, and its text_bytes splits.
+"""Tests of primal_jax.data.sources.gensim_enwiki: the Wikipedia XML of the gensim wheel, and its text_bytes splits.
 
 Offline: `_download_wheel` is replaced by a copy of a tiny wheel built here. The real fetch (a 28 MB wheel
 from PyPI, the package registry CI can reach) runs with PRIMAL_JAX_NETWORK_TESTS=1, as the aeon one.
@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from primal_jax.data import gensim_enwiki, text_bytes
 from primal_jax.data.cache import DatasetFetchError
+from primal_jax.data.sources import gensim_enwiki
+from primal_jax.tasks.lm import text_bytes
 
 TEXT = b'<mediawiki xml:lang="en">\n  <page>\n    <title>Anarchism</title>\n    <text>Anarchism is ...</text>\n' * 50
 

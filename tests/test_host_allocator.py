@@ -134,7 +134,7 @@ def test_auto_environment_preloads_tcmalloc_for_children_unless_told_otherwise(m
 
 
 def test_a_cpu_run_without_tcmalloc_is_told_once_how_to_get_it(jv_tfds_dir, tmp_path, monkeypatch):
-  from primal_jax.training.config_args import load_config
+  from primal_jax.cli.config_lookup import load_config
   from primal_jax.training.loop import train_and_evaluate
 
   monkeypatch.setattr(ha, "loaded_allocator", lambda maps_path=None: "system")

@@ -1,4 +1,4 @@
-"""DeiT's per-image augmentations (primal_jax.data.image_augment) and their place in the pipeline (core.Augmented).
+"""DeiT's per-image augmentations (primal_jax.tasks.vision.augment) and their place in the pipeline (core.Augmented).
 
 Checked: shapes and dtype kept, determinism by (seed, epoch, index), identity when switched off, each
 operation against a direct NumPy/Pillow computation of what it should do, the box samplers' ranges, and
@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from primal_jax.data.core import Augmented
-from primal_jax.data.image_augment import ImageAugment, crop_box, erase_box, image_augment
-from primal_jax.data.images import ImageArrays, make_image_pipeline
+from primal_jax.tasks.vision.augment import ImageAugment, crop_box, erase_box, image_augment
+from primal_jax.tasks.vision.input_pipeline import ImageArrays, make_image_pipeline
 
 
 def _example(shape=(12, 16, 3), seed=0):
@@ -133,7 +133,7 @@ def test_pipeline_augments_training_batches_only(tmp_path):
 
 
 def test_rand_augment_level_arguments_follow_timm():
-  from primal_jax.data.rand_augment import level_argument
+  from primal_jax.tasks.vision.rand_augment import level_argument
 
   rng = np.random.default_rng(0)
   assert abs(level_argument("Rotate", 10.0, rng)) == pytest.approx(30.0)
@@ -149,7 +149,7 @@ def test_rand_augment_level_arguments_follow_timm():
 
 @pytest.mark.parametrize("channels", [1, 3])
 def test_every_rand_augment_op_keeps_shape(channels):
-  from primal_jax.data.rand_augment import IMAGENET_FILL, OPS, apply_op, level_argument
+  from primal_jax.tasks.vision.rand_augment import IMAGENET_FILL, OPS, apply_op, level_argument
 
   image = np.random.default_rng(2).integers(0, 256, (10, 12, channels), dtype=np.uint8)
   pil = Image.fromarray(image[..., 0] if channels == 1 else image)
@@ -160,7 +160,7 @@ def test_every_rand_augment_op_keeps_shape(channels):
 
 
 def test_rand_augment_ops_against_direct_formulas():
-  from primal_jax.data.rand_augment import apply_op
+  from primal_jax.tasks.vision.rand_augment import apply_op
 
   image = np.arange(256, dtype=np.uint8).reshape(16, 16)
   pil = Image.fromarray(image)
@@ -179,7 +179,7 @@ def test_rand_augment_ops_against_direct_formulas():
 
 
 def test_rand_augment_in_image_augment():
-  from primal_jax.data.rand_augment import rand_augment
+  from primal_jax.tasks.vision.rand_augment import rand_augment
 
   example = _example((16, 16, 3))
   np.testing.assert_array_equal(rand_augment(example["image"], np.random.default_rng(0), num_ops=0), example["image"])

@@ -1,4 +1,4 @@
-"""The `images` task (primal_jax.data.images), the `vit` builder and the `vit` config, offline.
+"""The `images` task (primal_jax.tasks.vision.input_pipeline), the `vit` builder and the `vit` config, offline.
 
 A tiny image folder (PNG files written here) stands in for ImageNet-100 and Fashion-MNIST; the train loop
 runs the config's smoke variant on it, and fine-tunes Primal.+DeiT from a converted random timm DeiT
@@ -15,17 +15,17 @@ import ml_collections
 import numpy as np
 import pytest
 
-from primal_jax.configs.vit import IMAGENET_MEAN, IMAGENET_STD
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.convert.timm import write_params_checkpoint
 from primal_jax.convert.vit import model_from_state_dict
 from primal_jax.data import registry
-from primal_jax.data.images import ImageArrays, ImageCollate, make_image_pipeline
 from primal_jax.models.builders import build_model
 from primal_jax.models.vit import VisionTransformer
-from primal_jax.training.config_args import load_config
+from primal_jax.tasks.vision.config import IMAGENET_MEAN, IMAGENET_STD
+from primal_jax.tasks.vision.input_pipeline import ImageArrays, ImageCollate, make_image_pipeline
 from primal_jax.training.loop import train_and_evaluate
 
-CONFIG = "vit"  # primal_jax/configs/vit.py, by name
+CONFIG = "vit"  # primal_jax/tasks/vision/config.py, by name
 TIMM_CASE = Path(__file__).resolve().parent / "data" / "timm_vit_small.npz"
 CLASSES = ("cat", "dog", "eel")
 
@@ -141,7 +141,7 @@ def test_imagenet100_and_centre_crop(tmp_path):
   crop_pct < 1 resizes the shorter side to size / crop_pct and crops the centre."""
   from PIL import Image
 
-  from primal_jax.data.images import IMAGENET_100_CLASSES
+  from primal_jax.tasks.vision.input_pipeline import IMAGENET_100_CLASSES
 
   rng = np.random.default_rng(1)
   for split in ("train", "val"):
@@ -162,7 +162,7 @@ def test_imagenet100_and_centre_crop(tmp_path):
 def test_fashion_mnist_default():
   """The offline default (when the pinned idx files are cached; test_lra_image.py covers fetching them)."""
   from primal_jax.data.cache import default_cache_dir
-  from primal_jax.data.fashion_mnist import load_fashion_mnist
+  from primal_jax.data.sources.fashion_mnist import load_fashion_mnist
 
   cached = default_cache_dir() / "fashion_mnist"
   try:
@@ -338,9 +338,9 @@ def test_pretrained_weights_as_a_run_for_figure_1(tmp_path):
 def fashion_mnist_cache(tmp_path_factory):
   """A cache root ($PRIMAL_JAX_DATA) holding the pinned Fashion-MNIST files: the default one if it has them,
   else a fresh one they are fetched into from Debian's package (skipped when the registry is unreachable)."""
-  from primal_jax.data import fashion_mnist
   from primal_jax.data.cache import default_cache_dir
-  from primal_jax.data.debian import DebianFetchUnavailable
+  from primal_jax.data.sources import fashion_mnist
+  from primal_jax.data.sources.debian import DebianFetchUnavailable
 
   try:
     for split in ("train", "test"):

@@ -1,4 +1,4 @@
-"""Mixup / CutMix / label smoothing (primal_jax.data.label_mixing) and the soft-label classification loss.
+"""Mixup / CutMix / label smoothing (primal_jax.tasks.vision.label_mixing) and the soft-label classification loss.
 
 Checked against direct float64 NumPy computations of timm's batch-mode `Mixup`: the mixed pixels, the
 CutMix box and its corrected lam, smoothed targets that sum to one, padded rows left alone, determinism by
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from primal_jax.data.core import InputPipeline
-from primal_jax.data.images import ImageArrays, ImageCollate
-from primal_jax.data.label_mixing import LabelMixing, label_mixing
 from primal_jax.errors import ConfigError
+from primal_jax.tasks.vision.input_pipeline import ImageArrays, ImageCollate
+from primal_jax.tasks.vision.label_mixing import LabelMixing, label_mixing
 from primal_jax.training.objectives import Classification
 
 

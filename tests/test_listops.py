@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.listops: generated labels against the independent evaluator, LRA's text form and limits,
+"""Tests of tasks.lra.listops: generated labels against the independent evaluator, LRA's text form and limits,
 determinism, the cache, and the input pipeline.
 
 Most tests use short expressions (20..200 tokens) so hundreds of examples take
@@ -12,9 +12,10 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import listops, registry
-from primal_jax.data.listops import ListOpsParams, evaluate_listops, listops_text, tokenize_listops
-from primal_jax.data.listops import input_pipeline as listops_input_pipeline
+from primal_jax.data import registry
+from primal_jax.tasks.lra import listops
+from primal_jax.tasks.lra.listops import ListOpsParams, evaluate_listops, listops_text, tokenize_listops
+from primal_jax.tasks.lra.listops import input_pipeline as listops_input_pipeline
 
 SMALL = {"min_length": 20, "max_length": 200}
 

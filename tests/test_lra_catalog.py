@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.lra_catalog: byte tokens, config reading, LRA's tail split, TFDS catalog sources.
+"""Tests of primal_jax.tasks.lra.catalog: byte tokens, config reading, LRA's tail split, TFDS catalog sources.
 
 Catalog datasets are faked with `tfds.testing.mock_data`, which in
 tensorflow-datasets 4.9.10 serves `as_data_source` without TensorFlow (random
@@ -14,8 +14,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from primal_jax.data import lra_catalog, registry
-from primal_jax.data.lra_catalog import BYTE_VOCAB_SIZE, byte_tokens, catalog_splits, holdout_tail, lra_settings
+from primal_jax.data import registry
+from primal_jax.data.sources.tfds_catalog import catalog_splits
+from primal_jax.data.splits import holdout_tail
+from primal_jax.tasks.lra import catalog as lra_catalog
+from primal_jax.tasks.lra.catalog import BYTE_VOCAB_SIZE, byte_tokens, lra_settings
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
@@ -79,7 +82,7 @@ def test_settings_from_config_dict_and_namespace(tmp_path):
 
 
 def test_registry_has_the_lra_tasks():
-  assert {"lra_image", "lra_text", "lra_retrieval"} <= set(registry.INPUT_PIPELINES)
+  assert {"lra_image", "lra_text", "lra_retrieval"} <= set(registry.TASKS)
 
 
 def test_catalog_splits_from_mock_data(tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments import lra_params
-from primal_jax.training.config_args import load_config
+from primal_jax.cli.config_lookup import load_config
 
 CONFIG = "lra"
 REFERENCE = Path(

@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.lra_image: grayscale tokens, the Debian Fashion-MNIST fetch, and the lra_image pipeline.
+"""Tests of primal_jax.tasks.lra.image: grayscale tokens, the Debian Fashion-MNIST fetch, and the lra_image pipeline.
 
 Fashion-MNIST is the real data: fetched once per session from Debian's
 `dataset-fashion-mnist` package (apt-get download, else the Debian mirror) into
@@ -23,12 +23,14 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import debian, fashion_mnist, lra_image, registry
+from primal_jax.data import registry
 from primal_jax.data.cache import DatasetFetchError, default_cache_dir
-from primal_jax.data.debian import DebianFetchUnavailable, DebianPackage, fetch_deb_files
-from primal_jax.data.fashion_mnist import load_fashion_mnist, parse_idx
-from primal_jax.data.lra_catalog import catalog_splits
-from primal_jax.data.lra_image import image_tokens, make_lra_image_pipeline, rgb_to_grayscale
+from primal_jax.data.sources import debian, fashion_mnist
+from primal_jax.data.sources.debian import DebianFetchUnavailable, DebianPackage, fetch_deb_files
+from primal_jax.data.sources.fashion_mnist import load_fashion_mnist, parse_idx
+from primal_jax.data.sources.tfds_catalog import catalog_splits
+from primal_jax.tasks.lra import image as lra_image
+from primal_jax.tasks.lra.image import image_tokens, make_lra_image_pipeline, rgb_to_grayscale
 
 tfds = pytest.importorskip("tensorflow_datasets")
 

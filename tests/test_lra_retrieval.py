@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.lra_retrieval on tiny tsv files written in the LRA release's AAN format.
+"""Tests of primal_jax.tasks.lra.retrieval on tiny tsv files written in the LRA release's AAN format.
 
 The format (lra_benchmarks/matching/input_pipeline.py): no header, tab-separated
 label (a float), id1, id2, text1, text2, quotes kept as text.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from primal_jax.data import registry
-from primal_jax.data.lra_retrieval import AAN_FILES, make_lra_retrieval_pipeline, read_aan_split
+from primal_jax.tasks.lra.retrieval import AAN_FILES, make_lra_retrieval_pipeline, read_aan_split
 
 TRAIN = [
   ("1.0", "P00-1001", "P00-1002", "Café ✓ paper", 'He said "no".'),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments import lra_short
-from primal_jax.training.config_args import load_config
+from primal_jax.cli.config_lookup import load_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "lra.py"
 

@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.lra_text: byte-level IMDB from the TFDS catalog, faked offline.
+"""Tests of primal_jax.tasks.lra.text: byte-level IMDB from the TFDS catalog, faked offline.
 
 `tfds.testing.mock_data` serves random `imdb_reviews` examples through
 `as_data_source` without TensorFlow (ASCII text as str, the same examples in
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from primal_jax.data import registry
-from primal_jax.data.lra_text import IMDB_CLASSES, make_lra_text_pipeline
+from primal_jax.tasks.lra.text import IMDB_CLASSES, make_lra_text_pipeline
 
 tfds = pytest.importorskip("tensorflow_datasets")
 

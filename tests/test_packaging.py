@@ -52,7 +52,8 @@ def _modules() -> set[str]:
 
 def _package_data() -> set[str]:
   """The data files a packaged config reads (the d4rl config's behaviour policies) and the PEP 561 marker."""
-  policies = {p.relative_to(ROOT).as_posix() for p in (ROOT / "primal_jax" / "rl" / "policies").rglob("*.*")}
+  folder = ROOT / "primal_jax" / "tasks" / "offline_rl" / "policies"
+  policies = {p.relative_to(ROOT).as_posix() for p in folder.rglob("*.*")}
   assert any(n.endswith("hopper/medium.npz") for n in policies) and any(n.endswith(".json") for n in policies)
   return policies | {"primal_jax/py.typed"}
 
@@ -75,9 +76,9 @@ def test_wheel_ships_the_library_its_marker_and_license_and_nothing_else(dist):
   assert "Apache License\n                           Version 2.0, January 2004" in license_text
   assert "END OF TERMS AND CONDITIONS" in license_text  # the full text, not a pointer to it
   entry_points = zipfile.ZipFile(dist["wheel"]).read(f"{info}/entry_points.txt").decode()
-  assert "primal-train = primal_jax.training.cli:run" in entry_points
+  assert "primal-train = primal_jax.cli.train:run" in entry_points
   assert "primal-convert = primal_jax.convert.cli:main" in entry_points
-  assert "primal-generate = primal_jax.training.generate_cli:main" in entry_points
+  assert "primal-generate = primal_jax.cli.generate:main" in entry_points
 
 
 def test_sdist_holds_the_library_and_its_records_but_not_the_tests(dist):

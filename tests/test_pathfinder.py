@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.pathfinder: the generator, its independent checker, the sample PNGs and the pipeline.
+"""Tests of primal_jax.tasks.lra.pathfinder: the generator, its independent checker, the sample PNGs and the pipeline.
 
 The central test draws a few hundred images of every difficulty and asks the
 flood-fill checker, which sees only pixels, whether the two markers it finds
@@ -14,8 +14,8 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import pathfinder as pf
-from primal_jax.data.pathfinder import input_pipeline as pf_input_pipeline
+from primal_jax.tasks.lra import pathfinder as pf
+from primal_jax.tasks.lra.pathfinder import input_pipeline as pf_input_pipeline
 
 PER_LEVEL = 240
 

@@ -7,6 +7,7 @@ import subprocess
 import numpy as np
 
 from experiments import demo
+from primal_jax import tasks
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -40,7 +41,7 @@ def test_ci_runs_the_readme_blocks_as_written():
   script = (ROOT / ".ci" / "run").read_text()
   assert "\nset -euo pipefail\n" in script
   assert "final test/accuracy" in script  # the first block must end by printing it
-  configs = sorted(p.stem for p in (ROOT / "primal_jax" / "configs").glob("[!_]*.py"))
+  configs = sorted(family.config for family in tasks.FAMILIES)
   default_smokes = re.search(r"smokes=\$\{PRIMAL_JAX_CI_SMOKES-([\w ]+)\}", script).group(1).split()
   assert sorted(default_smokes) == configs  # every family's smoke config, through the installed wheel
   for command in ('"$wheel[train,rl]"', "primal-train --help", "primal-train --list_configs", "primal-generate",

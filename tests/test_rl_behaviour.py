@@ -13,10 +13,10 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("mujoco")
 
 from experiments import train_behaviour  # noqa: E402
-from primal_jax.rl import behaviour  # noqa: E402
-from primal_jax.rl import policy as pol  # noqa: E402
-from primal_jax.rl.behaviour import TrainConfig, Trainer  # noqa: E402
-from primal_jax.rl.sac import tanh_gaussian_log_prob  # noqa: E402
+from primal_jax.tasks.offline_rl import behaviour  # noqa: E402
+from primal_jax.tasks.offline_rl import policy as pol  # noqa: E402
+from primal_jax.tasks.offline_rl.behaviour import TrainConfig, Trainer  # noqa: E402
+from primal_jax.tasks.offline_rl.sac import tanh_gaussian_log_prob  # noqa: E402
 
 TINY = dict(
   env="hopper",

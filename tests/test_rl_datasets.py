@@ -11,8 +11,8 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("mujoco")
 pytest.importorskip("h5py")
 
-from primal_jax.rl import datasets as ds  # noqa: E402
-from primal_jax.rl import policy as pol  # noqa: E402
+from primal_jax.tasks.offline_rl import datasets as ds  # noqa: E402
+from primal_jax.tasks.offline_rl import policy as pol  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ h5py = pytest.importorskip("h5py")
 
 from primal_jax.models import DecisionTransformer, dt_config  # noqa: E402
 from primal_jax.models.decision_transformer import get_action  # noqa: E402
-from primal_jax.rl import rollouts  # noqa: E402
-from primal_jax.rl import segments as seg  # noqa: E402
-from primal_jax.rl.trajectories import load_trajectories, split_trajectories  # noqa: E402
+from primal_jax.tasks.offline_rl import input_pipeline as seg  # noqa: E402
+from primal_jax.tasks.offline_rl import rollouts  # noqa: E402
+from primal_jax.tasks.offline_rl.trajectories import load_trajectories, split_trajectories  # noqa: E402
 
 STATE, ACT = 11, 3  # Hopper's dims: rollouts run in the real Hopper-v4
 
@@ -98,7 +98,7 @@ def test_d4rl_hdf5_by_path_and_by_directory(tmp_path):
 def test_minari_dataset_created_offline_loads_episode_by_episode(tmp_path, monkeypatch):
   minari = pytest.importorskip("minari")
   monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-  from primal_jax.rl import policy as pol
+  from primal_jax.tasks.offline_rl import policy as pol
 
   env = minari.DataCollector(pol.make_env("hopper"), record_infos=False)
   rng = np.random.default_rng(0)
@@ -282,7 +282,7 @@ def test_rollouts_run_in_the_envs_make_env_gives():
   the default envs, and the wrapper saw every step of them."""
   import gymnasium as gym
 
-  from primal_jax.rl.policy import make_env
+  from primal_jax.tasks.offline_rl.policy import make_env
 
   model = _policy_model("padding_aware")
   params = _policy_params(model)

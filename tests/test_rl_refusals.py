@@ -20,8 +20,8 @@ pytest.importorskip("mujoco")
 h5py = pytest.importorskip("h5py")
 
 from primal_jax.errors import ConfigError, MissingFileError  # noqa: E402
-from primal_jax.rl import segments as seg  # noqa: E402
-from primal_jax.rl.trajectories import load_trajectories  # noqa: E402
+from primal_jax.tasks.offline_rl import input_pipeline as seg  # noqa: E402
+from primal_jax.tasks.offline_rl.trajectories import load_trajectories  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
@@ -62,7 +62,7 @@ def test_d4rl_data_of_another_env_is_refused_when_the_pipeline_is_built(tmp_path
 
 def _record_minari(env_name: str, dataset_id: str, steps: int = 30) -> None:
   minari = pytest.importorskip("minari")
-  from primal_jax.rl import policy as pol
+  from primal_jax.tasks.offline_rl import policy as pol
 
   env = minari.DataCollector(pol.make_env(env_name), record_infos=False)
   rng = np.random.default_rng(0)

@@ -20,8 +20,8 @@ import jax
 import numpy as np
 import pytest
 
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.training.checkpoints import Checkpointer
-from primal_jax.training.config_args import load_config
 from primal_jax.training.loop import TrainingError, load_state, train_and_evaluate
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uea.py"
@@ -261,7 +261,7 @@ def test_which_changes_break_continuity(tmp_path):
 
 HOLDER = """
 import sys
-from primal_jax.training.config_args import load_config
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.training.loop import train_and_evaluate
 config = load_config(sys.argv[1], lock=False)
 config.data.data_dir = sys.argv[2]

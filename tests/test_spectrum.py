@@ -145,9 +145,9 @@ def test_softmax_matrix_is_the_attention_over_real_keys():
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
   """A 2-step Primal.+Trans. smoke run on real JapaneseVowels: layer 0 softmax, layer 1 Primal."""
-  from primal_jax.data.aeon_wheel import DatasetFetchError
-  from primal_jax.data.uea_tfds import prepare_uea
-  from primal_jax.training.config_args import load_config
+  from primal_jax.cli.config_lookup import load_config
+  from primal_jax.tasks.uea.aeon_wheel import DatasetFetchError
+  from primal_jax.tasks.uea.tfds_dataset import prepare_uea
   from primal_jax.training.loop import train_and_evaluate
 
   data_dir = tmp_path_factory.mktemp("tfds")

@@ -29,8 +29,8 @@ from experiments.sweeping import (
   stored_rows,
   write_results,
 )
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError
-from primal_jax.training.config_args import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "uea"  # the packaged config, by name

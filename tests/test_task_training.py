@@ -79,7 +79,7 @@ def test_causal_lm_trains_through_the_binary(tmp_path, capsys):
 
 
 def test_generate_refuses_a_run_that_is_not_a_causal_lm(tmp_path, capsys):
-  from primal_jax.training.config_args import load_config
+  from primal_jax.cli.config_lookup import load_config
 
   (tmp_path / "config.json").write_text(load_config("lra:smoke").to_json())  # a classifier's run record
   with pytest.raises(SystemExit) as exit_info:

@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.text_bytes: enwik8-style splits, next-byte windows, determinism, host sharding, coverage."""
+"""Tests of tasks.lm.text_bytes: enwik8-style splits, next-byte windows, determinism, host sharding, coverage."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import types
 import numpy as np
 import pytest
 
-from primal_jax.data import registry, text_bytes
+from primal_jax.data import registry
+from primal_jax.tasks.lm import text_bytes
 
 SPLITS = ("train", "validation", "test")
 

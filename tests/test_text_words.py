@@ -1,4 +1,4 @@
-"""primal_jax.data.text_words: WikiText-style files -> vocabulary, int32 streams and next-token windows."""
+"""primal_jax.tasks.lm.text_words: WikiText-style files -> vocabulary, int32 streams and next-token windows."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from primal_jax.data import text_words as tw
 from primal_jax.data.registry import get_input_pipeline
+from primal_jax.tasks.lm import text_words as tw
 
 TRAIN = " = Valkyria Chronicles = \n\n the game is a <unk> game . the game \n the end \n"
 VALID = " the game is new . \n"

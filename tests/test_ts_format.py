@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.ts_format and uea_archive: the sktime/UEA `.ts` parser, pad_batch, the archive layout."""
+"""Tests of tasks.uea.ts_format and archive: the sktime/UEA `.ts` parser, pad_batch, the archive layout."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from primal_jax.data.ts_format import TimeSeriesDataset, pad_batch, parse_ts, read_ts
-from primal_jax.data.uea_archive import load_uea, load_uea_split
+from primal_jax.tasks.uea.archive import load_uea, load_uea_split
+from primal_jax.tasks.uea.ts_format import TimeSeriesDataset, pad_batch, parse_ts, read_ts
 
 EQUAL_MULTI = """\
 # A comment line, then the header.

@@ -1,4 +1,4 @@
-"""The `uea` config (primal_jax/configs/uea.py) for the ten datasets of the paper's Table 1 x three model
+"""The `uea` config (primal_jax/tasks/uea/config.py) for the ten datasets of the paper's Table 1 x three model
 families: each loads, builds its model for the dataset's shapes (abstractly, no data), and carries the paper's
 settings."""
 
@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from primal_jax.configs import uea as UEA
-from primal_jax.data.uea_tfds import TABLE1_DATASETS
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.models.builders import build_model
-from primal_jax.training.config_args import load_config
+from primal_jax.tasks.uea import config as UEA
+from primal_jax.tasks.uea.tfds_dataset import TABLE1_DATASETS
 
 CONFIG = "uea"
 MODELS = ("softmax", "primalformer", "primal_plus")  # Trans., PrimalFormer, Primal.+Trans.

@@ -1,4 +1,4 @@
-"""Tests of primal_jax.data.uea_tfds: UEA `.ts` files prepared as TFDS ArrayRecords and read back without TensorFlow.
+"""Tests of tasks.uea.tfds_dataset: UEA `.ts` files prepared as TFDS ArrayRecords and read back without TensorFlow.
 
 The real JapaneseVowels files come from the pinned aeon wheel via
 `fetch_aeon_dataset` (cached in the default cache dir after the first
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from primal_jax.data.aeon_wheel import AEON_DATASETS, DatasetFetchError, fetch_aeon_dataset
-from primal_jax.data.uea_archive import load_uea_split
-from primal_jax.data.uea_tfds import (
+from primal_jax.tasks.uea.aeon_wheel import AEON_DATASETS, DatasetFetchError, fetch_aeon_dataset
+from primal_jax.tasks.uea.archive import load_uea_split
+from primal_jax.tasks.uea.tfds_dataset import (
   KNOWN_DATASETS,
   TABLE1_DATASETS,
   UeaClassification,

@@ -21,8 +21,8 @@ import numpy_reference as ref
 import pytest
 
 from primal_jax.attention import get_attention
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.models.builders import build_model
-from primal_jax.training.config_args import load_config
 
 # Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
 pytestmark = pytest.mark.matmul_precision("highest")
@@ -171,7 +171,7 @@ def test_causal_longformer_in_the_lm_is_causal():
 
 def test_causal_longformer_in_the_decision_transformer():
   pytest.importorskip("gymnasium")
-  from primal_jax.rl.segments import RLDatasetInfo
+  from primal_jax.tasks.offline_rl.input_pipeline import RLDatasetInfo
 
   config = load_config("d4rl:model=longformer,smoke", lock=False)
   config.model.attention["longformer"] = {**config.model.attention.get("longformer", {}), "window": 4}

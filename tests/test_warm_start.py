@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError, MissingFileError
-from primal_jax.training.config_args import load_config
 from primal_jax.training.experiment import write_initial_run
 from primal_jax.training.warm_start import InitFromError, check_init_from
 

@@ -1,7 +1,7 @@
-"""Moved into the package as `primal_jax/configs/lra.py`: name it `--config=lra` from any directory.
+"""Moved into the package as `primal_jax/tasks/lra/config.py`: name it `--config=lra` from any directory.
 
 This file stays so that the commands recorded under experiments/results/ (`--config=experiments/configs/lra.py:...`)
 still run.
 """
 
-from primal_jax.configs.lra import *  # noqa: F403
+from primal_jax.tasks.lra.config import *  # noqa: F403

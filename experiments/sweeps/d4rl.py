@@ -9,7 +9,7 @@ Tables (`--only=` picks some):
   table4: DT and Primal.+DT on every other embedded dataset (Hopper, HalfCheetah x medium, medium-replay,
     medium-expert), one seed each unless `seeds4` says otherwise.
   table7: Primal.+DT with s in {32, 64, 96} on Hopper medium.
-Every run uses the `short` config (dim 64, 3,000 steps; see primal_jax/configs/d4rl.py) unless `full`, and
+Every run uses the `short` config (dim 64, 3,000 steps; see primal_jax/tasks/offline_rl/config.py) unless `full`, and
 the "rollouts" protocol: validation env seeds select the evaluation, test env seeds are rolled out once on it.
 The paper's numbers (D4RL's own data, the full 100k-step runs) are shown beside ours; the data differ (our
 datasets are regenerated from weaker behaviour policies in the -v4 envs), so compare within a row, not across.
@@ -23,9 +23,9 @@ Arguments (`--sweep=experiments/sweeps/d4rl.py:seeds=3,full`):
 from __future__ import annotations
 
 from experiments.sweeping import Cell, Run, Sweep
-from primal_jax.training.config_args import parse_config_arg
+from primal_jax.tasks.common import parse_config_arg
 
-CONFIG = "d4rl"  # the packaged config (primal_jax/configs/d4rl.py), by name
+CONFIG = "d4rl"  # the packaged config (primal_jax/tasks/offline_rl/config.py), by name
 MODELS = (("DT", "dt"), ("Primal.+DT", "primal_dt"))
 # Paper Table 4 (DT, Primal.+DT) and Table 7 (Primal.+DT at s = 32, 64, 96), D4RL v2 data.
 PAPER_TABLE4 = {

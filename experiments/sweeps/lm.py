@@ -1,5 +1,5 @@
 r"""Byte-level language modelling on the embedded Wikipedia text (gensim's enwiki extract): Transformer vs
-Primal.+Trans. vs PrimalFormer, the `short` config of the `lm` config (primal_jax/configs/lm.py).
+Primal.+Trans. vs PrimalFormer, the `short` config of the `lm` config (primal_jax/tasks/lm/config.py).
 
   python -m experiments.sweep --sweep=experiments/sweeps/lm.py --workdir=$PWD/experiments/results/lm/sweep
 
@@ -19,9 +19,9 @@ Arguments (`--sweep=experiments/sweeps/lm.py:seeds=3`): seeds (3); smoke: second
 from __future__ import annotations
 
 from experiments.sweeping import Cell, Run, Sweep
-from primal_jax.training.config_args import parse_config_arg
+from primal_jax.tasks.common import parse_config_arg
 
-CONFIG = "lm"  # the packaged config (primal_jax/configs/lm.py), by name
+CONFIG = "lm"  # the packaged config (primal_jax/tasks/lm/config.py), by name
 MODELS = (
   ("Trans. (softmax)", "softmax", 33.0),
   ("Primal.+Trans.", "primal_plus", 31.0),

@@ -35,10 +35,10 @@ import math
 from pathlib import Path
 
 from experiments.sweeping import PROTOCOL_TITLE, Cell, Run, Sweep
-from primal_jax.configs import uea as uea_config
-from primal_jax.training.config_args import parse_config_arg
+from primal_jax.tasks.common import parse_config_arg
+from primal_jax.tasks.uea import config as uea_config
 
-CONFIG = "uea"  # the packaged config (primal_jax/configs/uea.py), by name
+CONFIG = "uea"  # the packaged config (primal_jax/tasks/uea/config.py), by name
 MODELS = (("Trans.", "softmax"), ("PrimalFormer", "primalformer"), ("Primal.+Trans.", "primal_plus"))  # (label, model=)
 PRIMAL = "model.attention.primal"  # the Primal layers' options in the config
 TABLE6_S = (20, 30, 40)

@@ -4,7 +4,7 @@ r"""Vision sweep on Fashion-MNIST (offline): DeiT vs Primal.+DeiT (paper Table 5
 
 Tables (`--only=` picks some):
   fashion_mnist: DeiT (softmax in every block) and Primal.+DeiT (the last block the release's CV Primal
-    layer, s = 8, eta 0.05), `seeds` seeds each, the `short` config of primal_jax/configs/vit.py
+    layer, s = 8, eta 0.05), `seeds` seeds each, the `short` config of primal_jax/tasks/vision/config.py
     (4 blocks, width 64, 3,000 steps).
   eta0: Primal.+DeiT with eta = 0 (no KSVD loss), seed 0: with seed 0 of the two above, the runs of
     Figure 1's comparison (`python -m experiments.spectrum`, docs/results.md).
@@ -18,9 +18,9 @@ Arguments (`--sweep=experiments/sweeps/vit.py:seeds=3`): seeds (3); smoke: secon
 from __future__ import annotations
 
 from experiments.sweeping import Cell, Run, Sweep
-from primal_jax.training.config_args import parse_config_arg
+from primal_jax.tasks.common import parse_config_arg
 
-CONFIG = "vit"  # the packaged config (primal_jax/configs/vit.py), by name
+CONFIG = "vit"  # the packaged config (primal_jax/tasks/vision/config.py), by name
 MODELS = (("DeiT", "deit", 74.2), ("Primal.+DeiT", "primal_plus", 75.7))  # paper Table 5, ImageNet-100 top-1
 TITLES = {
   "fashion_mnist": "Fashion-MNIST (embedded data): DeiT vs Primal.+DeiT",

@@ -1,35 +1,30 @@
-"""Data loading for the paper's experiments: numpy data sources, batched per host by grain.
+"""The plumbing every family's input pipeline shares: numpy data sources, batched per host by grain.
 
-Layout (dependencies point down this list; only `registry` knows the tasks)::
+Layout (dependencies point down this list; no module here knows a family, `primal_jax.tasks` does)::
 
-  registry        task name -> pipeline factory; `get_input_pipeline(data_config)`, `register_task`
-  uea, listops, pathfinder, lra_image, lra_text, lra_retrieval, text_bytes
-                  the tasks: each turns its data into sources and returns an `InputPipeline`
-  token_tasks     `token_pipeline`, shared by the token-sequence (LRA) tasks
+  registry        the task registry: task name -> pipeline factory; `get_input_pipeline(data_config)`,
+                  `register_task` (the built-in tasks are registered by `primal_jax.tasks`)
   core            `DatasetInfo`, `InputPipeline` and the collators
   pipeline        deterministic multi-host orders and grain batching
-  lra_catalog, uea_tfds, uea_archive, ts_format, aeon_wheel, fashion_mnist, debian
-                  obtaining and parsing data
+  splits          validation splits held out of train (LRA's tail, a stratified share by seed)
+  sources/        one module per place data comes from: `debian` (Debian packages), `pypi_wheel` (wheels on
+                  PyPI), `fashion_mnist`, `gensim_enwiki`, `tfds_catalog`
   cache, checks   the cache directory, atomic writes, checksums; argument checks
 
-`ts_format`, `uea_archive` and `aeon_wheel`, and ListOps and Pathfinder
-generation, need neither grain nor TensorFlow; the names below are imported on
-first use, so importing this package costs nothing.
+The names below are imported on first use, so importing this package costs nothing.
 """
 
 import importlib
 
 _LAZY_EXPORTS = {
   "DatasetInfo": "core",
-  "INPUT_PIPELINES": "registry",
+  "TASKS": "registry",
   "InputPipeline": "core",
   "get_input_pipeline": "registry",
+  "get_task": "registry",
   "register_task": "registry",
   "registered_task": "registry",
   "unregister_task": "registry",
-  "make_uea_pipeline": "uea",
-  "UeaClassification": "uea_tfds",
-  "prepare_uea": "uea_tfds",
 }
 
 __all__ = sorted(_LAZY_EXPORTS)

@@ -1,4 +1,4 @@
-"""Training machinery shared by every experiment and task.
+"""Training machinery shared by every experiment and task (the binaries are in `primal_jax.cli`).
 
   loop             `train_and_evaluate(config, workdir)`: the entry point of every binary
   experiment       `build_experiment`, `load_state`, `evaluate`: what a config determines, for analysis too
@@ -12,8 +12,6 @@
   run_config       config continuity on resume: `config.json` kept, changes refused or recorded
   workdir_lock     one writer per workdir (`flock` on `run.lock`)
   metrics          metrics.jsonl / TensorBoard writer, progress lines, tables
-  cli, config_args the absl binary (`primal-train`); `--config=NAME|FILE[:arg]` lookup and parsing
-  generate_cli     `primal-generate`: sampling from an LM run's checkpoint
 
 Import the submodules you need; this package imports nothing heavy by itself.
 """

@@ -103,7 +103,7 @@ class Objective:
 class Classification(Objective):
   """Weighted softmax cross-entropy over examples; accuracy.
 
-  With `label_probs` in the batch (soft targets from `primal_jax.data.label_mixing`) the loss is the
+  With `label_probs` in the batch (soft targets from `primal_jax.tasks.vision.label_mixing`) the loss is the
   cross-entropy against those distributions; accuracy still counts the argmax against `label`.
   """
 
