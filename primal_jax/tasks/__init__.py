@@ -2,7 +2,8 @@
 
 A family's folder holds its config (`config.py`, `get_config(arg)`, named on the command line:
 `primal-train --config=uea:smoke`), its input pipeline(s) and its own data code; it never imports another
-family's folder (what two families share lives in `primal_jax.data` or `primal_jax.tasks.common`).
+family's folder (what two families share lives in `primal_jax.data` or `primal_jax.tasks.common`). The
+families::
 
   uea/         UEA multivariate time-series classification (paper Table 1)
   lra/         Long Range Arena: listops/, pathfinder/, text, retrieval, image (Table 2)
