@@ -20,6 +20,7 @@ import jax
 import numpy as np
 import pytest
 
+from primal_jax.dotted import set_dotted
 from primal_jax.training.checkpoints import Checkpointer
 from primal_jax.training.config_args import load_config
 from primal_jax.training.loop import TrainingError, load_state, train_and_evaluate
@@ -36,11 +37,7 @@ def smoke_config(data_dir, **overrides):
   config.eval_every_steps = 2
   config.checkpoint_on_eval = False  # checkpoints at steps 4 and 8 only
   for key, value in overrides.items():
-    target = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      target = target[p]
-    target[leaf] = value
+    set_dotted(config, key, value, new_leaf=True)
   return config
 
 
