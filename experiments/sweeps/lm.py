@@ -18,7 +18,7 @@ Arguments (`--sweep=experiments/sweeps/lm.py:seeds=3`): seeds (3); smoke: second
 
 from __future__ import annotations
 
-from experiments.sweeping import Cell, Run, Sweep
+from experiments.engine.spec import Cell, Run, Sweep
 from primal_jax.training.config_args import parse_config_arg
 
 CONFIG = "lm"  # the packaged config (primal_jax/configs/lm.py), by name

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from experiments.sweeping import PROTOCOL_TITLE, Cell, Run, Sweep
+from experiments.engine.spec import PROTOCOL_TITLE, Cell, Run, Sweep
 from primal_jax.configs import uea as uea_config
 from primal_jax.training.config_args import parse_config_arg
 

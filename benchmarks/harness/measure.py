@@ -1,9 +1,7 @@
-"""Measurement helpers of the efficiency benchmark (`benchmarks/efficiency.py`, the paper's Table 3).
-
-Separate from the script, so they are importable and tested on their own:
-XLA's FLOP and memory accounting of a compiled step, process and device memory, interleaved timing,
-the machine's matmul peak, log-log scaling fits, the Markdown tables (ratios against a reference
-variant), JSON persistence and the scaling plot.
+"""What the benchmarks measure with JAX: XLA's FLOP and memory accounting of a compiled step, device memory,
+interleaved timing, the machine's matmul peak and triad bandwidth, the roofline, JSON persistence and the scaling
+plot. Process memory and load are in `benchmarks.harness.process` (stdlib only); the Markdown tables of the
+results in `experiments.tables.efficiency`.
 
 A result is a dict {"meta": {...}, "matmul_peak": {...}, "records": [record, ...]} where a record
 describes one (variant, sequence length) pair: "variant", "seq_len", "sec_per_1k_steps",
@@ -15,11 +13,9 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import statistics
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-MIB = 2**20
-
+from experiments.tables.efficiency import MIB, metric_value, scaling_slopes
 
 # ---------------------------------------------------------------------------------------------------------------------
 # XLA's static accounting of a compiled computation.
@@ -74,64 +69,6 @@ def compiled_memory(compiled) -> dict[str, int]:
 def jit_flops(fn: Callable, *args) -> float | None:
   """FLOPs of `jax.jit(fn)(*args)` as XLA counts them (compiles, does not run)."""
   return compiled_flops(jax.jit(fn).lower(*args).compile())
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Process and device memory.
-
-
-def ru_maxrss_bytes() -> int:
-  """`getrusage(RUSAGE_SELF).ru_maxrss` in bytes (the kernel reports KiB on Linux, bytes on macOS).
-
-  On Linux it is the maximum of this process's own peak and the peak of the process image it replaced
-  at exec: a child forked from a large process inherits the parent's peak (`subprocess` forks, then
-  execs). Prefer `peak_rss_bytes`, which avoids that where it can.
-  """
-  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-  return int(peak) if sys.platform == "darwin" else int(peak) * 1024
-
-
-def peak_rss_bytes() -> int:
-  """Peak resident set size of this process image: VmHWM where /proc has it, else `ru_maxrss_bytes`.
-
-  VmHWM starts afresh at exec, so it measures a subprocess on its own (see `ru_maxrss_bytes`); it is
-  lowered by `reset_rss_high_water`.
-  """
-  high_water = rss_high_water_bytes()
-  return high_water if high_water is not None else ru_maxrss_bytes()
-
-
-def _proc_status_bytes(field: str) -> int | None:
-  try:
-    for line in Path("/proc/self/status").read_text().splitlines():
-      if line.startswith(field + ":"):
-        return int(line.split()[1]) * 1024  # "VmHWM:   123 kB"
-  except (OSError, ValueError, IndexError):
-    return None
-  return None
-
-
-def current_rss_bytes() -> int | None:
-  """Resident set size now (Linux /proc; None elsewhere)."""
-  return _proc_status_bytes("VmRSS")
-
-
-def rss_high_water_bytes() -> int | None:
-  """Peak RSS since the process started or since the last `reset_rss_high_water` (Linux; None elsewhere)."""
-  return _proc_status_bytes("VmHWM")
-
-
-def reset_rss_high_water() -> bool:
-  """Reset the kernel's RSS high-water mark to the current RSS (Linux >= 4.0: "5" > /proc/self/clear_refs).
-
-  Without a reset the peak includes compilation (LLVM's memory on CPU); a reset after compiling lets
-  `rss_high_water_bytes` isolate the steps themselves. False where unsupported.
-  """
-  try:
-    Path("/proc/self/clear_refs").write_text("5")
-  except OSError:
-    return False
-  return True
 
 
 def device_memory(device: jax.Device | None = None) -> dict[str, int] | None:
@@ -252,151 +189,6 @@ def roofline(flops_per_step: float | None, sec_per_step: float | None, peak_flop
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Scaling fits and tables.
-
-
-def fit_loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-  """(slope, intercept) of the least-squares line log(y) = slope * log(x) + intercept.
-
-  The slope is the empirical exponent of y ~ x^slope: ~1 for linear-cost attention, ~2 for softmax once
-  the N^2 terms dominate.
-  """
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  if x.shape != y.shape or x.ndim != 1:
-    raise ValueError(f"x and y must be 1-D of equal length, got shapes {x.shape} and {y.shape}")
-  if len(x) < 2 or len(np.unique(x)) < 2:
-    raise ValueError("a slope needs at least two distinct x values")
-  if np.any(x <= 0) or np.any(y <= 0):
-    raise ValueError("log-log fits need positive x and y")
-  slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
-  return float(slope), float(intercept)
-
-
-def metric_value(record: Mapping[str, Any], path: str) -> float | None:
-  """The record's value at a dotted `path` ("xla_memory.total_bytes"), or None if missing."""
-  value: Any = record
-  for key in path.split("."):
-    if not isinstance(value, Mapping) or value.get(key) is None:
-      return None
-    value = value[key]
-  return float(value)
-
-
-def scaling_slopes(records: Sequence[Mapping[str, Any]], path: str) -> dict[str, float | None]:
-  """{variant: log-log slope of `path` against seq_len} (None with fewer than two lengths)."""
-  points: dict[str, list[tuple[float, float]]] = {}
-  for rec in records:
-    value = metric_value(rec, path)
-    points.setdefault(rec["variant"], [])
-    if value is not None and value > 0:
-      points[rec["variant"]].append((rec["seq_len"], value))
-  slopes = {}
-  for variant, pts in points.items():
-    xs = [p[0] for p in pts]
-    slopes[variant] = fit_loglog_slope(xs, [p[1] for p in pts])[0] if len(set(xs)) >= 2 else None
-  return slopes
-
-
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-  lines = [
-    "| " + " | ".join(header) + " |",
-    "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
-  ]
-  lines += ["| " + " | ".join(row) + " |" for row in rows]
-  return "\n".join(lines)
-
-
-def ratio_table(
-  records: Sequence[Mapping[str, Any]],
-  path: str,
-  *,
-  reference: str,
-  scale: float = 1.0,
-  digits: int = 2,
-) -> str:
-  """Markdown table: a row per variant, a column per seq_len, "value (ratio x)" against `reference`.
-
-  The ratio divides by the reference variant's value at the same length (the paper's Table 3 reports
-  time and memory relative to the softmax Transformer); "-" where a variant was not run or failed, and
-  no ratio where the reference is missing. The last column is the log-log slope over the lengths run.
-  """
-  lengths = sorted({rec["seq_len"] for rec in records})
-  variants = list(dict.fromkeys(rec["variant"] for rec in records))
-  table = {(rec["variant"], rec["seq_len"]): metric_value(rec, path) for rec in records}
-  slopes = scaling_slopes(records, path)
-  rows = []
-  for variant in variants:
-    row = [variant]
-    for n in lengths:
-      value, ref = table.get((variant, n)), table.get((reference, n))
-      if value is None:
-        row.append("-")
-        continue
-      cell = f"{value / scale:.{digits}f}"
-      if ref:
-        cell += f" ({value / ref:.2f}x)"
-      row.append(cell)
-    slope = slopes.get(variant)
-    row.append("-" if slope is None else f"{slope:.2f}")
-    rows.append(row)
-  return _markdown(["variant", *[f"N={n}" for n in lengths], "slope"], rows)
-
-
-def roofline_table(records: Sequence[Mapping[str, Any]]) -> str:
-  """Markdown table of GFLOP per step, achieved GFLOP/s and % of the measured matmul peak."""
-  order = {name: i for i, name in enumerate(dict.fromkeys(r["variant"] for r in records))}
-  rows = []
-  for rec in sorted(records, key=lambda r: (r["seq_len"], order[r["variant"]])):
-    flops, achieved, frac = (metric_value(rec, k) for k in ("flops_per_step", "achieved_flops_per_s", "peak_fraction"))
-    rows.append(
-      [
-        rec["variant"],
-        str(rec["seq_len"]),
-        "-" if flops is None else f"{flops / 1e9:.3f}",
-        "-" if achieved is None else f"{achieved / 1e9:.2f}",
-        "-" if frac is None else f"{100 * frac:.1f}%",
-      ]
-    )
-  return _markdown(["variant", "N", "GFLOP/step", "GFLOP/s", "% of matmul peak"], rows)
-
-
-# Table sections of `results_markdown`: (title, record path, divisor for display, digits).
-TABLE_METRICS = (
-  ("Training time (seconds per 1,000 steps)", "sec_per_1k_steps", 1.0, 2),
-  ("XLA memory of the step (MiB: arguments + outputs + temporaries - aliased)", "xla_memory.total_bytes", MIB, 1),
-  ("XLA temporaries of the step (MiB)", "xla_memory.temp_bytes", MIB, 1),
-  ("Peak RSS growth of a fresh process (MiB, peak - baseline after imports)", "rss.peak_delta_bytes", MIB, 1),
-  ("Peak RSS growth during steps only (MiB, VmHWM reset after compiling)", "rss.step_delta_bytes", MIB, 1),
-  ("Device peak bytes in use (MiB, allocator statistics)", "device_memory.peak_bytes_in_use", MIB, 1),
-)
-
-
-def results_markdown(results: Mapping[str, Any], *, reference: str) -> str:
-  """All tables of a result (sections with no data are left out), ratios against `reference`."""
-  records = [r for r in results["records"] if not r.get("error")]
-  parts = []
-  for title, path, scale, digits in TABLE_METRICS:
-    if any(metric_value(r, path) is not None for r in records):
-      parts.append(f"### {title}\n\nRatio in parentheses: vs `{reference}` at the same N. Slope: log-log fit over N.\n")
-      parts.append(ratio_table(records, path, reference=reference, scale=scale, digits=digits) + "\n")
-  if any(metric_value(r, "flops_per_step") is not None for r in records):
-    peak = results.get("matmul_peak") or {}
-    peak_note = (
-      f" Matmul peak: {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']})." if peak else ""
-    )
-    parts.append(
-      "### Roofline (FLOPs from XLA's cost analysis)\n\n"
-      f"Achieved FLOP/s = FLOPs per step / median step time.{peak_note}\n"
-    )
-    parts.append(roofline_table(records) + "\n")
-  failed = [r for r in results["records"] if r.get("error")]
-  if failed:
-    parts.append("### Failed\n")
-    parts.append(_markdown(["variant", "N", "error"], [[r["variant"], str(r["seq_len"]), r["error"]] for r in failed]))
-  return "\n".join(parts)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # Persistence and plot.
 
 
@@ -418,10 +210,6 @@ def save_results(path: str | Path, results: Mapping[str, Any]) -> Path:
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(json.dumps(clean(results), indent=1) + "\n")
   return path
-
-
-def load_results(path: str | Path) -> dict[str, Any]:
-  return json.loads(Path(path).read_text())
 
 
 # Panels of `plot_scaling`: (record path, y label, divisor).

@@ -1,11 +1,14 @@
-"""Stdlib-only measuring helpers shared by both sides of `benchmarks/vs_release.py`.
+"""Stdlib-only measuring of the process and the machine: memory, load, allocator, threads, commit.
+
+Used by every benchmark, and by both sides of `benchmarks/vs_release.py`.
 
 Why stdlib only: the release's side runs in a separate interpreter (a venv with torch and no JAX), so what
 both sides measure with must import nothing but the standard library. What it measures:
 
 - the CPU time that *other* processes used while one step ran (the machine's busy time from /proc/stat minus
   this process's own CPU time), so a step timed on a contended machine says so in the results;
-- the process's peak resident memory (VmHWM) and which malloc is mapped into it;
+- the process's resident memory (now, its peak (VmHWM), a reset of the peak) and which malloc is mapped into it
+  (the same probe as `primal_jax.launch.host_allocator.loaded_allocator`, here without importing the library);
 - the thread setup both sides share: the process pinned to the same cores (XLA's CPU runtime sizes its
   intra-op pool from the affinity mask), and the OpenMP/MKL environment torch reads.
 """
@@ -13,12 +16,14 @@ both sides measure with must import nothing but the standard library. What it me
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 
 # /proc/stat "cpu" columns counted as busy: user nice system idle iowait irq softirq steal (guest is in user).
 _BUSY = (0, 1, 2, 5, 6, 7)
@@ -65,15 +70,58 @@ def timed_with_load(fn: Callable[[], object]) -> dict:
   }
 
 
-def peak_rss_bytes() -> int | None:
-  """VmHWM of this process (Linux; None elsewhere): its peak resident memory since exec."""
+def ru_maxrss_bytes() -> int:
+  """`getrusage(RUSAGE_SELF).ru_maxrss` in bytes (the kernel reports KiB on Linux, bytes on macOS).
+
+  On Linux it is the maximum of this process's own peak and the peak of the process image it replaced
+  at exec: a child forked from a large process inherits the parent's peak (`subprocess` forks, then
+  execs). Prefer `peak_rss_bytes`, which avoids that where it can.
+  """
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def peak_rss_bytes() -> int:
+  """Peak resident set size of this process image: VmHWM where /proc has it, else `ru_maxrss_bytes`.
+
+  VmHWM starts afresh at exec, so it measures a subprocess on its own (see `ru_maxrss_bytes`); it is
+  lowered by `reset_rss_high_water`.
+  """
+  high_water = rss_high_water_bytes()
+  return high_water if high_water is not None else ru_maxrss_bytes()
+
+
+def _proc_status_bytes(field: str) -> int | None:
   try:
     for line in Path("/proc/self/status").read_text().splitlines():
-      if line.startswith("VmHWM:"):
-        return int(line.split()[1]) * 1024
+      if line.startswith(field + ":"):
+        return int(line.split()[1]) * 1024  # "VmHWM:   123 kB"
   except (OSError, ValueError, IndexError):
     return None
   return None
+
+
+def current_rss_bytes() -> int | None:
+  """Resident set size now (Linux /proc; None elsewhere)."""
+  return _proc_status_bytes("VmRSS")
+
+
+def rss_high_water_bytes() -> int | None:
+  """Peak RSS since the process started or since the last `reset_rss_high_water` (Linux; None elsewhere)."""
+  return _proc_status_bytes("VmHWM")
+
+
+def reset_rss_high_water() -> bool:
+  """Reset the kernel's RSS high-water mark to the current RSS (Linux >= 4.0: "5" > /proc/self/clear_refs).
+
+  Without a reset the peak includes compilation (LLVM's memory on CPU); a reset after compiling lets
+  `rss_high_water_bytes` isolate the steps themselves. False where unsupported.
+  """
+  try:
+    Path("/proc/self/clear_refs").write_text("5")
+  except OSError:
+    return False
+  return True
 
 
 def mapped_allocator(maps_path: str | Path = "/proc/self/maps") -> str:

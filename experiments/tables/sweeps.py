@@ -1,29 +1,22 @@
 """The docs tables that restate a sweep's run records (experiments/results/<family>/sweep/runs/*/result.json).
 
 `experiments.docs_tables` renders them under the names `d4rl:<table>`, `vit:<table>` and `lm:<table>`; each
-reads the finished runs' own records (`experiments.sweeping.stored_rows`), so a table survives changes of
+reads the finished runs' own records (`experiments.engine.aggregate.stored_rows`), so a table survives changes of
 the sweep file or the configs, and a run still in progress is simply not counted yet.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from experiments.tables import common
+from experiments.tables.common import minutes
+from primal_jax import markdown
 from primal_jax.atomic_files import DamagedFileError, read_json
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
-
-
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric_from: int = 1) -> str:
-  """A Markdown table, columns from `numeric_from` on right-aligned."""
-  align = ["---" if i < numeric_from else "---:" for i in range(len(header))]
-  lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-  return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def mean_std(row, digits: int = 1, full: int = 3) -> str:
@@ -34,19 +27,15 @@ def mean_std(row, digits: int = 1, full: int = 3) -> str:
   return text if row.n == full else f"{text} (n = {row.n})"
 
 
-def _minutes(seconds: float) -> str:
-  return f"{seconds / 60:.1f} min"
-
-
 def _per_run(row) -> str:
   """Mean wall time per counted run; '-' when no run of the row counts (each lacks the protocol's value)."""
-  return _minutes(sum(row.wall_seconds) / row.n) if row.n else "-"
+  return minutes(sum(row.wall_seconds) / row.n) if row.n else "-"
 
 
 def _rows(family: str, table: str, order: Sequence[str] = ()) -> list:
-  from experiments.sweeping import stored_rows
+  from experiments.engine.aggregate import stored_rows
 
-  folder = RESULTS / family / "sweep"
+  folder = common.RESULTS / family / "sweep"
   rows = [row for row in stored_rows(folder) if row.cell.table == table]
   if not rows:
     raise ValueError(f"no finished runs of table {table!r} in {folder / 'runs'}")
@@ -73,7 +62,7 @@ def ran_on(family: str, row) -> str:
   """'CPU', 'H200' or 'CPU 1, H200 2': where the row's seeds ran (wall times differ by machine)."""
   counts: dict[str, int] = {}
   for key in row.keys:
-    device = run_device(RESULTS / family / "sweep" / "runs" / key)
+    device = run_device(common.RESULTS / family / "sweep" / "runs" / key)
     counts[device] = counts.get(device, 0) + 1
   if not counts:  # no run of the row counts
     return "-"
@@ -86,7 +75,7 @@ def _paper(row) -> str:
 
 def d4rl_sweep(table: str, base: Path) -> str:
   """One offline-RL table: the paper's score (D4RL data), ours (embedded data) and the dataset's own score."""
-  datasets = read_json(RESULTS / "d4rl" / "datasets.json", "the datasets' record")
+  datasets = read_json(common.RESULTS / "d4rl" / "datasets.json", "the datasets' record")
   body = []
   for row in sorted(_rows("d4rl", table), key=lambda row: row.cell.labels):
     labels = dict(row.cell.labels)
@@ -95,7 +84,7 @@ def d4rl_sweep(table: str, base: Path) -> str:
     body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
     body[-1] += [_paper(row), mean_std(row), _per_run(row), ran_on("d4rl", row)]
   header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
-  return markdown_table(header + ["ran on"], body, numeric_from=4)
+  return markdown.table(header + ["ran on"], body, numeric_from=4)
 
 
 def vit_sweep(table: str, base: Path) -> str:
@@ -106,7 +95,7 @@ def vit_sweep(table: str, base: Path) -> str:
     body.append([labels["model"], _setting(labels, ("dataset", "model")), _paper(row), mean_std(row)])
     body[-1] += [_per_run(row), ran_on("vit", row)]
   header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run", "ran on"]
-  return markdown_table(header, body, numeric_from=2)
+  return markdown.table(header, body, numeric_from=2)
 
 
 def training_tokens_per_second(run_dir: Path) -> float:
@@ -149,7 +138,7 @@ def lm_sweep(table: str, base: Path) -> str:
     body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
     body[-1] += [_per_run(row), ran_on("lm", row)]
   header = ["model", "setting", "paper (WikiText-103 ppl)", "ours (test bits/byte)", "time/run", "ran on"]
-  return markdown_table(header, body, numeric_from=2)
+  return markdown.table(header, body, numeric_from=2)
 
 
 def lm_throughput(name: str, base: Path) -> str:
@@ -157,7 +146,7 @@ def lm_throughput(name: str, base: Path) -> str:
   `experiments/results/lm/<name>/<model>/` are short runs of the same config (see docs/results.md)."""
   from experiments.sweeps.lm import MODELS
 
-  folder = RESULTS / "lm" / name
+  folder = common.RESULTS / "lm" / name
   body, reference = [], None
   for label, model, _ in MODELS:
     run_dir = folder / model
@@ -169,4 +158,4 @@ def lm_throughput(name: str, base: Path) -> str:
     body.append([label, f"{rate:,.0f}", f"{rate / reference:.2f}", run_device(run_dir), summary["host_allocator"]])
   if not body:
     raise ValueError(f"no throughput runs in {folder}")
-  return markdown_table(["model", "train tokens/s", "vs softmax", "device", "allocator"], body)
+  return markdown.table(["model", "train tokens/s", "vs softmax", "device", "allocator"], body)
