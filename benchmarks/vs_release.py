@@ -42,7 +42,6 @@ from pathlib import Path
 
 from benchmarks.harness import process
 from benchmarks.release_step import MARKER as RELEASE_MARKER
-from experiments.tables.vs_release import results_markdown, summary_line
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS_MARKER = "OURS_STEP_JSON "
@@ -208,6 +207,8 @@ def run_job(args, job: dict) -> dict:
 
 
 def run(args) -> dict:
+  from experiments.tables import vs_release as tables  # imports JAX: never at module level (see run_ours)
+
   meta = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "git_commit": process.git_commit(),
@@ -222,12 +223,14 @@ def run(args) -> dict:
     job_environment(allocator)  # an allocator that is not installed fails here, before hours of runs
   for i, job in enumerate(jobs):
     records.append(run_job(args, job))
-    print(f"[{i + 1}/{len(jobs)}] {summary_line(records[-1])}", file=sys.stderr, flush=True)
+    print(f"[{i + 1}/{len(jobs)}] {tables.summary_line(records[-1])}", file=sys.stderr, flush=True)
   meta["load_average_end"] = list(os.getloadavg())
   return {"meta": meta, "records": records}
 
 
 def save(results: dict, out_dir: str | Path) -> list[Path]:
+  from experiments.tables import vs_release as tables  # imports JAX: never at module level (see run_ours)
+
   def clean(value):
     if isinstance(value, float) and not math.isfinite(value):
       return None
@@ -241,7 +244,7 @@ def save(results: dict, out_dir: str | Path) -> list[Path]:
   out.mkdir(parents=True, exist_ok=True)
   paths = [out / "vs_release.json", out / "vs_release.md"]
   paths[0].write_text(json.dumps(clean(results), indent=1) + "\n")
-  paths[1].write_text("# primal_jax vs the PyTorch release\n\n" + results_markdown(results) + "\n")
+  paths[1].write_text("# primal_jax vs the PyTorch release\n\n" + tables.results_markdown(results) + "\n")
   return paths
 
 
@@ -249,8 +252,10 @@ def main(argv=None) -> dict:
   args = parse_args(argv)
   if args.worker:
     return run_ours(args)
+  from experiments.tables import vs_release as tables  # imports JAX: never before run_ours pins the cores
+
   results = run(args)
-  print(results_markdown(results))
+  print(tables.results_markdown(results))
   if args.out:
     print("wrote " + ", ".join(str(p) for p in save(results, args.out)), file=sys.stderr)
   return results

@@ -25,7 +25,7 @@ from primal_jax.training.checkpoints import Checkpointer
 from primal_jax.training.config_args import load_config
 from primal_jax.training.loop import TrainingError, load_state, train_and_evaluate
 
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uea.py"
+CONFIG = "uea"  # the packaged config, by name
 
 
 def smoke_config(data_dir, **overrides):
