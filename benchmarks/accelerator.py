@@ -57,7 +57,8 @@ def device_summary(triad_elements: int, peak_size: int) -> dict:
   import jax
   import jax.numpy as jnp
 
-  from benchmarks import harness, process_load
+  from benchmarks.harness import measure as harness
+  from benchmarks.harness import process
 
   device = jax.devices()[0]
   size = peak_size or (4096 if device.platform != "cpu" else 1024)
@@ -66,7 +67,7 @@ def device_summary(triad_elements: int, peak_size: int) -> dict:
     "device_kind": device.device_kind,
     "device_count": jax.device_count(),
     "jax": jax.__version__,
-    "git_commit": process_load.git_commit(),
+    "git_commit": process.git_commit(),
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "bandwidth_bytes_per_s": harness.triad_bandwidth(triad_elements, in_place=True),
     "matmul_peak": {

@@ -14,12 +14,12 @@ of the compiled step (`memory_analysis`). The machine is shared and noisy: compa
 
 Each timed run is one compiled loop of `--steps` greedy steps (`lm.greedy_decode`, cache donated): what is timed
 is the step itself, not Python's dispatch of it. The same process measures the memory bandwidth (an in-place
-triad, `harness.triad_bandwidth`) and the matmul peak, and each record gets its roofline: the bytes one step must
-read (the weights it multiplies by, plus the whole decoding state: a softmax layer reads its `max_len` cache
-under a mask), the time that takes at the measured bandwidth, and the fraction of that bound the step reaches.
-Separate tables (`benchmarks.decoding_extras`): the chunked prefill's FLOP rate against the matmul peak,
-end-to-end `generate` tokens/s (a `--e2e_prompt` prompt and `--e2e_new` new tokens) and tokens/s against the
-batch size (`--scaling_batches` at `--scaling_context`).
+triad, `benchmarks.harness.measure.triad_bandwidth`) and the matmul peak, and each record gets its roofline: the
+bytes one step must read (the weights it multiplies by, plus the whole decoding state: a softmax layer reads its
+`max_len` cache under a mask), the time that takes at the measured bandwidth, and the fraction of that bound the
+step reaches. Separate measurements (`benchmarks.decoding_extras`; every table: `experiments.tables.decoding`):
+the chunked prefill's FLOP rate against the matmul peak, end-to-end `generate` tokens/s (a `--e2e_prompt` prompt
+and `--e2e_new` new tokens) and tokens/s against the batch size (`--scaling_batches` at `--scaling_context`).
 
 `--fill=synthetic` (the default) writes random keys, values and running sums and sets the positions, instead of
 running the model over c random tokens (`--fill=prefill`, in chunks of `--prefill_chunk`): a decode step's work
@@ -40,7 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from benchmarks import harness, process_load
+from benchmarks.harness import measure as harness
+from benchmarks.harness import process
+from experiments.tables.decoding import results_markdown
 from primal_jax.models.config import TransformerConfig
 from primal_jax.models.lm import CausalLM, decode_step, greedy_decode, init_cache
 
@@ -194,7 +196,7 @@ def measure(args) -> dict:
     "devices": str(jax.devices()),
     "platform": device.platform,
     "device_kind": device.device_kind,
-    "git_commit": process_load.git_commit(),
+    "git_commit": process.git_commit(),
     "config": {k: v for k, v in vars(args).items() if k != "out"},
     "softmax_impl": args.softmax_impl,
     "date": time.strftime("%Y-%m-%d"),
@@ -209,29 +211,6 @@ def measure(args) -> dict:
 
   decoding_extras.measure_extras(results, args)
   return results
-
-
-def markdown(results: dict) -> str:
-  meta = results["meta"]
-  parts = [
-    f"Milliseconds per decoded token (ratio to the KV cache), median of {meta['config']['repeats']} interleaved "
-    f"repeats of {meta['config']['steps']} steps; {meta['devices']}, {meta['date']}; `{meta['command']}`"
-  ]
-  tables = (
-    ("ms_per_token", "Milliseconds per decoded token", 1.0),
-    ("state_bytes", "Decoding state (MiB)", harness.MIB),
-    ("xla_temp_bytes", "XLA temporaries of the compiled step (MiB)", harness.MIB),
-  )
-  for batch in dict.fromkeys(r["batch"] for r in results["records"]):  # tables per batch size, a row per model
-    records = [{**r, "variant": r["model"]} for r in results["records"] if r["batch"] == batch]
-    for path, title, scale in tables:
-      table = harness.ratio_table(records, path, reference="softmax_kv_cache", scale=scale, digits=3)
-      parts.append(f"{title}, batch {batch}:\n\n{table}")
-  if "bandwidth_bytes_per_s" in meta:  # records with a roofline (older ones have none)
-    from benchmarks import decoding_extras
-
-    parts += decoding_extras.roofline_sections(results)
-  return "\n\n".join(parts) + "\n"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -271,7 +250,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
   args = parse_args(argv)
   results = measure(args)
-  text = markdown(results)
+  text = results_markdown(results)
   print(text)
   if args.out:
     args.out.mkdir(parents=True, exist_ok=True)

@@ -35,8 +35,6 @@ efficiency.md (the tables), efficiency.png (log-log time and memory vs N, slopes
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import datetime
 import json
 import os
@@ -44,24 +42,15 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import jax
-import numpy as np
 
-from benchmarks import harness as bm
-from benchmarks import process_load
-from primal_jax.attention.registry import ATTENTIONS
-from primal_jax.attention.softmax import SoftmaxAttention
-from primal_jax.cli.config_lookup import load_config
+from benchmarks.harness import measure as bm
+from benchmarks.harness import process
+from benchmarks.train_step import PreparedStep, Variant, available_variants, parse_override, prepare_step
+from experiments.tables import efficiency as tables
 from primal_jax.launch import host_allocator
-from primal_jax.models.builders import build_model
-from primal_jax.training.optimizers import make_optimizer
-from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
-from primal_jax.training.state import abstract_state, init_state, make_init_fn
-from primal_jax.training.steps import ksvd_spec, make_train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = "lra"  # primal_jax/tasks/lra/config.py, by name (or pass a config file)
@@ -73,157 +62,6 @@ SINGLE_MARKER = "EFFICIENCY_SINGLE_JSON "
 QUADRATIC = ("softmax", "softmax_dpa", "primal_plus", "yoso_e")
 
 
-@dataclasses.dataclass(frozen=True)
-class Variant:
-  """A benchmarked model: the LRA config's `model=...`, plus config overrides (e.g. an attention option)."""
-
-  name: str
-  model: str
-  overrides: tuple[tuple[str, Any], ...] = ()
-
-
-# The fused softmax: SoftmaxAttention's impl option; that function has no hook for weight dropout.
-FUSED_SOFTMAX = (("model.attention.softmax", {"impl": "dot_product_attention", "dropout_rate": 0.0}),)
-
-
-def available_variants() -> dict[str, Variant]:
-  """The fixed variants, then every other registered attention (read at run time); softmax variants with other
-  masking arithmetic (e.g. "gpt2") cost what softmax costs and are left out."""
-  variants = {
-    "softmax": Variant("softmax", "softmax"),
-    "softmax_dpa": Variant("softmax_dpa", "softmax", FUSED_SOFTMAX),
-    "primalformer": Variant("primalformer", "primalformer"),
-    "primal_plus": Variant("primal_plus", "primal_plus"),
-  }
-  for name, cls in ATTENTIONS.items():
-    if name != "primal" and not issubclass(cls, SoftmaxAttention):
-      variants[name] = Variant(name, name)
-  return variants
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# One compiled train step.
-
-
-@dataclasses.dataclass(frozen=True)
-class SyntheticInfo:
-  """The fields of `DatasetInfo` the LRA model builders read."""
-
-  seq_len: int
-  vocab_size: int
-  num_classes: int
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-  """Parse `model.dim=32` into ("model.dim", 32); values are Python literals, else strings."""
-  key, sep, value = text.partition("=")
-  if not sep or not key.strip():
-    raise ValueError(f"--set expects key=value, got {text!r}")
-  try:
-    return key.strip(), ast.literal_eval(value)
-  except (ValueError, SyntaxError):
-    return key.strip(), value
-
-
-def make_config(variant: Variant, seq_len: int, args):
-  """The LRA config of `variant` at length `seq_len`, with `--set` overrides (locked: typos raise)."""
-  config = load_config(f"{args.config}:task={args.task},model={variant.model}")
-  config.data.seq_len = seq_len
-  with config.unlocked():  # a variant may add options the config file does not list
-    for key, value in variant.overrides:
-      _set(config, key, value)
-  for key, value in args.set:
-    _set(config, key, value)
-  return config
-
-
-def _set(config, key: str, value) -> None:
-  *parents, leaf = key.split(".")
-  node = config
-  for part in parents:
-    node = node[part]
-  node[leaf] = value
-
-
-def synthetic_batch(input_keys, batch_size: int, seq_len: int, vocab_size: int, num_classes: int, seed: int):
-  """Full-length random token batch (no padding: every position costs what a real one does)."""
-  rng = np.random.default_rng(seed)
-  batch = {"label": rng.integers(0, num_classes, batch_size, dtype=np.int32), "weight": np.ones(batch_size, np.float32)}
-  for key in input_keys:
-    if key.startswith("inputs"):
-      batch[key] = rng.integers(1, vocab_size, (batch_size, seq_len), dtype=np.int32)
-    elif key.startswith("mask"):
-      batch[key] = np.ones((batch_size, seq_len), bool)
-    else:
-      raise ValueError(f"no synthetic data for model input {key!r}")
-  return batch
-
-
-@dataclasses.dataclass
-class PreparedStep:
-  """A compiled, warmed-up train step and the state it advances (mutable: the state is donated)."""
-
-  compiled: Any
-  state: Any
-  batch: dict
-  steps: int
-  num_params: int
-  compile_seconds: float
-  flops: float | None
-  memory: dict
-  last_out: Any = None
-  error: str | None = None
-
-  def run(self, steps: int | None = None) -> float:
-    """Seconds for `steps` (default `self.steps`) steps; NaN once a step has failed (recorded in `error`)."""
-    if self.error:
-      return float("nan")
-    try:
-      self.state, self.last_out, seconds = bm.timed_steps(self.compiled, self.state, self.batch, steps or self.steps)
-    except Exception as err:  # e.g. out of device memory at run time: keep the other variants going
-      self.error = f"{type(err).__name__}: {err}"[:500]
-      return float("nan")
-    return seconds
-
-  def loss(self) -> float | None:
-    return None if self.last_out is None else float(jax.device_get(self.last_out["loss"]))
-
-
-def prepare_step(variant: Variant, seq_len: int, args, device: jax.Device, warmup_steps: int) -> PreparedStep:
-  """Build the model at `seq_len`, compile its train step on `device` alone, run `warmup_steps` steps."""
-  config = make_config(variant, seq_len, args)
-  info = SyntheticInfo(seq_len=seq_len, vocab_size=config.model.vocab_size, num_classes=args.num_classes)
-  built = build_model(config.model, info)
-  tx, schedule = make_optimizer(config.optimizer, config.total_steps)
-  mesh = make_mesh((1, 1), devices=[device])
-  host_batch = synthetic_batch(built.input_keys, args.batch_size, seq_len, info.vocab_size, info.num_classes, args.seed)
-  batch = jax.device_put(host_batch, batch_sharding(mesh))
-  example = tuple(host_batch[k][:1] for k in built.input_keys)
-  rng = jax.random.PRNGKey(args.seed)
-  start = time.perf_counter()
-  init_fn = make_init_fn(built.module, tx, example)
-  abstract, shardings = abstract_state(init_fn, rng, mesh)
-  state = init_state(init_fn, rng, shardings)
-  step = jax.jit(
-    make_train_step(built, tx, schedule, eta=config.ksvd.eta, spec=ksvd_spec(config.ksvd.spec)),
-    in_shardings=(shardings, batch_sharding(mesh)),
-    out_shardings=(shardings, replicated(mesh)),
-    donate_argnums=0,
-  )
-  compiled = step.lower(abstract, batch).compile()
-  compile_seconds = time.perf_counter() - start
-  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract.params))
-  prepared = PreparedStep(
-    compiled, state, batch, args.steps, num_params, compile_seconds, bm.compiled_flops(compiled),
-    bm.compiled_memory(compiled),
-  )  # fmt: skip
-  if warmup_steps:
-    prepared.run(warmup_steps)
-    if prepared.error:
-      raise RuntimeError(prepared.error)
-  return prepared
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Process memory of one (variant, N), in a fresh process.
 
@@ -233,15 +71,15 @@ def run_single(args) -> dict:
   name, _, n = args.single.partition(":")
   variant, seq_len = available_variants()[name], int(n)
   device = jax.devices()[0]  # starts the backend, so its memory is part of the baseline
-  baseline = bm.peak_rss_bytes()
+  baseline = process.peak_rss_bytes()
   prepared = prepare_step(variant, seq_len, args, device, warmup_steps=1)  # compile + first step
-  compile_peak = bm.peak_rss_bytes()
-  reset = bm.reset_rss_high_water()
-  before = bm.current_rss_bytes()
+  compile_peak = process.peak_rss_bytes()
+  reset = process.reset_rss_high_water()
+  before = process.current_rss_bytes()
   prepared.run(args.memory_steps)
   if prepared.error:
     raise RuntimeError(prepared.error)
-  steps_peak = bm.peak_rss_bytes()  # since the reset, if there was one
+  steps_peak = process.peak_rss_bytes()  # since the reset, if there was one
   peak = max(compile_peak, steps_peak)
   out = {
     "variant": name,
@@ -251,7 +89,7 @@ def run_single(args) -> dict:
       "peak_bytes": peak,
       "peak_delta_bytes": peak - baseline,
       "step_delta_bytes": steps_peak - before if reset and before else None,
-      "ru_maxrss_bytes": bm.ru_maxrss_bytes(),
+      "ru_maxrss_bytes": process.ru_maxrss_bytes(),
     },
     "device_memory": bm.device_memory(device),
   }
@@ -349,7 +187,7 @@ def _log(message: str) -> None:
 def _meta(args, device: jax.Device) -> dict:
   return {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "git_commit": process_load.git_commit(),
+    "git_commit": process.git_commit(),
     "jax": jax.__version__,
     "python": platform.python_version(),
     "platform": device.platform,
@@ -454,7 +292,7 @@ def write_outputs(results: dict, out_dir: str | Path) -> dict[str, Path]:
       results, out_dir / "efficiency.png", title=f"{meta['device_kind']}, batch {args['batch_size']}"
     ),
   }
-  paths["markdown"].write_text(header + bm.results_markdown(results, reference=meta["reference"]) + "\n")
+  paths["markdown"].write_text(header + tables.results_markdown(results, reference=meta["reference"]) + "\n")
   return paths
 
 
@@ -466,7 +304,7 @@ def main(argv=None) -> dict:
   host_allocator.ensure_allocator(args.allocator)  # memory subprocesses inherit its LD_PRELOAD
   results = run_grid(args)
   paths = write_outputs(results, args.out)
-  print(bm.results_markdown(results, reference=REFERENCE))
+  print(tables.results_markdown(results, reference=REFERENCE))
   _log("wrote " + ", ".join(str(p) for p in paths.values()))
   return results
 

@@ -29,7 +29,8 @@ import numpy as np
 from flax import nnx
 
 import primal_jax.nnx as pnnx
-from benchmarks.harness import call_seconds, interleaved_timings
+from benchmarks.harness.measure import call_seconds, interleaved_timings
+from primal_jax import markdown
 from primal_jax.ksvd import ksvd_loss
 
 # The LRA models' attention (primal_jax/tasks/lra/config.py): dim 64, 2 heads of 32; PrimalFormer's s = 20 (ListOps
@@ -106,14 +107,15 @@ def main(argv=None) -> int:
     f"backend {jax.default_backend()}, batch {args.batch}, dim {args.dim}, heads {args.heads}, "
     f"median of {args.repeats} rounds of {args.calls} calls"
   )
-  print("| attention | N | linen ms | nnx.jit ms | nnx.split ms | nnx.jit / linen | nnx.split / linen | same HLO |")
-  print("|---|---|---|---|---|---|---|---|")
+  header = ["attention", "N", "linen ms", "nnx.jit ms", "nnx.split ms", "nnx.jit / linen", "nnx.split / linen"]
+  body = []
   for name, length, med, same, n_linen, n_nnx in rows:
     hlo = "yes" if same else f"no ({n_linen} vs {n_nnx} lines)"
-    print(
-      f"| {name} | {length} | {1e3 * med['linen']:.2f} | {1e3 * med['nnx.jit']:.2f} | {1e3 * med['nnx.split']:.2f} "
-      f"| {med['nnx.jit'] / med['linen']:.3f} | {med['nnx.split'] / med['linen']:.3f} | {hlo} |"
+    times = [f"{1e3 * med[k]:.2f}" for k in ("linen", "nnx.jit", "nnx.split")]
+    body.append(
+      [name, length, *times, f"{med['nnx.jit'] / med['linen']:.3f}", f"{med['nnx.split'] / med['linen']:.3f}", hlo]
     )
+  print(markdown.table([*header, "same HLO"], body, aligns="l" * 8))
   return 0
 
 

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import process_load
+from benchmarks.harness import process
 
 MARKER = "RELEASE_STEP_JSON "
 # Our model names -> the release's attn_type.
@@ -91,7 +91,7 @@ def matmul_peak(torch, size: int, repeats: int = 5) -> dict | None:
 
 def main(argv=None) -> dict:
   args = parse_args(argv)
-  cores = process_load.pin_threads(args.threads)
+  cores = process.pin_threads(args.threads)
   import torch
 
   torch.set_num_threads(args.threads)
@@ -133,7 +133,7 @@ def main(argv=None) -> dict:
 
   for _ in range(args.warmup_steps):
     step()
-  samples = [process_load.timed_with_load(step) for _ in range(args.steps)]
+  samples = [process.timed_with_load(step) for _ in range(args.steps)]
   out = {
     "side": "release",
     "model": args.model,
@@ -143,13 +143,13 @@ def main(argv=None) -> dict:
     "num_params": sum(p.numel() for p in model.parameters()),
     "steps": samples,
     "losses": losses,
-    "peak_rss_bytes": process_load.peak_rss_bytes(),
-    "allocator": process_load.mapped_allocator(),
+    "peak_rss_bytes": process.peak_rss_bytes(),
+    "allocator": process.mapped_allocator(),
     "threads": {
       "cores": cores,
       "torch_num_threads": torch.get_num_threads(),
       "torch_num_interop_threads": torch.get_num_interop_threads(),
-      "process_threads": process_load.thread_count(),
+      "process_threads": process.thread_count(),
     },
     "matmul_peak": matmul_peak(torch, args.peak_size),
     "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},

@@ -26,7 +26,6 @@ import dataclasses
 import glob
 import json
 import math
-import os
 import re
 import statistics
 import tempfile
@@ -34,7 +33,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-CLASSES = ("matmul", "copy/transpose", "reduction", "elementwise")
+from experiments.tables.step_profile import CLASSES, GEMMS, record_markdown
+
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
 DTYPE_BYTES |= {"f64": 8, "s64": 8, "u64": 8}
 _SHAPE = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
@@ -139,18 +139,10 @@ def summarise(ops: Mapping[str, Op], seconds: Mapping[str, float], peak: float, 
 
 
 def triad_bandwidth(elements: int, repeats: int = 20) -> float:
-  """`benchmarks.harness.triad_bandwidth` (imported when called: this module starts without JAX)."""
-  from benchmarks.harness import triad_bandwidth as measure
+  """`benchmarks.harness.measure.triad_bandwidth` (imported when called: this module starts without JAX)."""
+  from benchmarks.harness.measure import triad_bandwidth as measure
 
   return measure(elements, repeats)
-
-
-# The three products of a Dense layer's forward and backward: label -> (einsum spec, its two operands).
-GEMMS = {
-  "Y = X W": ("mk,kn->mn", "x", "w"),
-  "dX = dY W^T": ("mn,kn->mk", "dy", "w"),
-  "dW = X^T dY": ("mk,mn->kn", "x", "dy"),
-}
 
 
 def gemm_rates(rows: int, widths=((64, 64), (64, 128), (128, 64)), repeats: int = 10) -> dict[str, float]:
@@ -158,7 +150,7 @@ def gemm_rates(rows: int, widths=((64, 64), (64, 128), (128, 64)), repeats: int 
   import jax
   import jax.numpy as jnp
 
-  from benchmarks.harness import call_seconds
+  from benchmarks.harness.measure import call_seconds
 
   rates = {}
   for k, n in widths:
@@ -185,14 +177,14 @@ def profile(model: str, seq_len: int, args) -> dict:
   """Compile, warm up, time and trace one (model, N); returns its record."""
   import jax
 
-  from benchmarks import efficiency
-  from benchmarks import harness as bm
+  from benchmarks import train_step
+  from benchmarks.harness import measure as bm
 
-  variant = efficiency.available_variants()[model]
+  variant = train_step.available_variants()[model]
   step_args = argparse.Namespace(
     config="lra", task="listops", set=args.set, batch_size=args.batch_size, num_classes=10, seed=0, steps=1
   )
-  prepared = efficiency.prepare_step(variant, seq_len, step_args, jax.devices()[0], warmup_steps=args.warmup_steps)
+  prepared = train_step.prepare_step(variant, seq_len, step_args, jax.devices()[0], warmup_steps=args.warmup_steps)
   start = time.perf_counter()
   prepared.run(args.steps)
   wall = (time.perf_counter() - start) / args.steps
@@ -215,83 +207,6 @@ def profile(model: str, seq_len: int, args) -> dict:
     "classes": summarise(ops, seconds, peak, bandwidth), "loss": prepared.loss(),
     "top": [{**dataclasses.asdict(ops[n]), "seconds": seconds[n]} for n in top],
   }  # fmt: skip
-
-
-def _rate(flops_per_s: float, peak: float) -> str:
-  return f"{flops_per_s / 1e9:.0f} ({100 * flops_per_s / peak:.0f}%)"
-
-
-def markdown(record: Mapping) -> str:
-  """The class table, the GEMM rates and the top ops of one record."""
-  peak, bandwidth, wall = record["matmul_peak"], record["bandwidth"], record["wall_seconds"]
-  matmul_flops = next(r for r in record["classes"] if r["class"] == "matmul")["flops"]
-  roofline = sum(r["roofline_seconds"] for r in record["classes"])
-  lines = [
-    f"### {record['model']}, N = {record['seq_len']}",
-    "",
-    f"Step {wall * 1e3:.0f} ms wall ({record['op_seconds'] * 1e3:.0f} ms of op time summed over threads); matmul "
-    f"peak {peak / 1e9:.0f} GFLOP/s, triad bandwidth {bandwidth / 1e9:.1f} GB/s. The step's {matmul_flops / 1e9:.2f} "
-    f"GFLOP of matmuls are {100 * matmul_flops / wall / peak:.0f}% of the peak over its wall time; with every op "
-    f"at its roofline ({roofline * 1e3:.1f} ms) they would be {100 * matmul_flops / roofline / peak:.0f}%.",
-    "",
-    "| class | ops | ms/step | share | GFLOP/s (% peak) | GB/s (% triad) | roofline ms |",
-    "|---|---:|---:|---:|---:|---:|---:|",
-  ]
-  for r in record["classes"]:
-    rate = _rate(r["flops_per_s"], peak) if r["flops"] else "-"
-    lines.append(
-      f"| {r['class']} | {r['ops']} | {r['seconds'] * 1e3:.1f} | {100 * r['share']:.0f}% | {rate} | "
-      f"{r['bytes_per_s'] / 1e9:.1f} ({100 * r['bytes_per_s'] / bandwidth:.0f}%) | {r['roofline_seconds'] * 1e3:.1f} |"
-    )
-  rows = record["seq_len"] * record["batch_size"]
-  lines += ["", f"The step's matmul shapes alone (rows = B N = {rows:,}), GFLOP/s (% peak):", ""]
-  lines += ["| product | " + " | ".join(GEMMS) + " |", "|---|" + "---:|" * len(GEMMS)]
-  for k, n in sorted({tuple(int(v[2:]) for v in key.split(", ")[1:]) for key in record["gemm_rates"]}):
-    rates = [_rate(record["gemm_rates"][f"{label}, k={k}, n={n}"], peak) for label in GEMMS]
-    lines.append(f"| k = {k}, n = {n} | " + " | ".join(rates) + " |")
-  lines += ["", "| op | class | ms/step | GFLOP/s | GB/s | from |", "|---|---|---:|---:|---:|---|"]
-  for op in record["top"]:
-    t = op["seconds"] or 1e-12
-    rate = f"{op['flops'] / t / 1e9:.0f}" if op["flops"] else "-"
-    source = op["source"].replace("jit(train_step)/", "").replace("transpose(jvp(", "bwd(").replace("jvp(", "fwd(")
-    row = f"| `{op['name']}` | {op['kind']} | {t * 1e3:.2f} | {rate} | {op['bytes'] / t / 1e9:.1f} | `{source[-60:]}` |"
-    lines.append(row)
-  return "\n".join(lines)
-
-
-def summary_table(records: Iterable[Mapping]) -> str:
-  """One row per (model, N): the step, its matmul share of the peak, and each class against its roofline."""
-  header = "| model | N | step ms | matmul % of peak | roofline ms | % of peak at the roofline | "
-  header += " | ".join(f"{kind} ms (x roofline)" for kind in CLASSES) + " |"
-  lines = [header, "|---|---:|" + "---:|" * (4 + len(CLASSES))]
-  for r in records:
-    flops = next(c for c in r["classes"] if c["class"] == "matmul")["flops"]
-    roofline = sum(c["roofline_seconds"] for c in r["classes"])
-    peak, wall = r["matmul_peak"], r["wall_seconds"]
-    cells = [
-      r["model"], f"{r['seq_len']:,}", f"{wall * 1e3:.0f}", f"{100 * flops / wall / peak:.0f}%",
-      f"{roofline * 1e3:.0f}", f"{100 * flops / roofline / peak:.0f}%",
-    ]  # fmt: skip
-    cells += [f"{c['seconds'] * 1e3:.0f} ({c['seconds'] / c['roofline_seconds']:.1f}x)" for c in r["classes"]]
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines)
-
-
-def docs_table(name: str, base: Path) -> str:
-  """The docs table `step_profile:<name>`: the summary of benchmarks/results/<name>/step_profile.json."""
-  folder = Path(__file__).resolve().parent / "results" / name
-  results = json.loads((folder / "step_profile.json").read_text())
-  meta, records = results["meta"], results["records"]
-  peaks = sorted(r["matmul_peak"] / 1e9 for r in records)
-  triads = sorted(r["bandwidth"] / 1e9 for r in records)
-  link = Path(os.path.relpath(folder / "step_profile.md", base)).as_posix()
-  return (
-    summary_table(records)
-    + f"\n\nOp time per step summed over XLA's threads, by class; roofline: every op at max(FLOPs / matmul peak, "
-    f"bytes / triad bandwidth), measured in the same process (peak {peaks[0]:.0f}-{peaks[-1]:.0f} GFLOP/s, "
-    f"bandwidth {triads[0]:.0f}-{triads[-1]:.0f} GB/s). Batch 8, LRA ListOps model, host allocator "
-    f"{meta['allocator']}, {meta['date']}; [per-op tables]({link})."
-  )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -318,7 +233,7 @@ def main(argv=None) -> list[dict]:
   records = [
     profile(model, int(n), args) for model in args.models.split(",") for n in args.lengths.split(",") if n.strip()
   ]
-  text = "\n\n".join(markdown(r) for r in records)
+  text = "\n\n".join(record_markdown(r) for r in records)
   print(text)
   if args.out:
     out = Path(args.out)

@@ -21,7 +21,7 @@ with the release's glibc-malloc figures; tcmalloc speeds the release up too. So 
   sizes its intra-op pool from that mask; `--xla_cpu_multi_thread_eigen=true` is passed explicitly),
   torch.set_num_threads(threads) with one inter-op thread, and OMP/MKL_NUM_THREADS = threads;
 - each timed step records its seconds and the cores other processes kept busy meanwhile
-  (`benchmarks.process_load`), so a contended run is visible in the table instead of silently slow.
+  (`benchmarks.harness.process`), so a contended run is visible in the table instead of silently slow.
 
 Outputs in `--out`: vs_release.json (every process's record) and vs_release.md (the table, also printed);
 the docs table is `<!-- table:vs_release:<dir> begin -->` (`python -m experiments.docs_tables`).
@@ -36,12 +36,11 @@ import json
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import process_load
+from benchmarks.harness import process
 from benchmarks.release_step import MARKER as RELEASE_MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,22 +57,22 @@ BASE_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=true"
 def run_ours(args) -> dict:
   """Compile our train step for `args.worker` ("MODEL:N"), time it step by step; prints one JSON line."""
   model, _, n = args.worker.partition(":")
-  cores = process_load.pin_threads(args.threads)  # before JAX starts its CPU client
+  cores = process.pin_threads(args.threads)  # before JAX starts its CPU client
   os.environ["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), BASE_XLA_FLAGS, args.xla_flags) if f)
   import jax
 
-  from benchmarks import efficiency
-  from benchmarks import harness as bm
+  from benchmarks import train_step
+  from benchmarks.harness import measure as bm
 
   device = jax.devices()[0]
-  variant = efficiency.available_variants()[model]
+  variant = train_step.available_variants()[model]
   step_args = argparse.Namespace(
     config="lra", task=args.task, set=args.set, batch_size=args.batch_size, num_classes=10, seed=args.seed, steps=1
   )
-  prepared = efficiency.prepare_step(variant, int(n), step_args, device, warmup_steps=args.warmup_steps)
+  prepared = train_step.prepare_step(variant, int(n), step_args, device, warmup_steps=args.warmup_steps)
   samples, losses = [], []
   for _ in range(args.steps):
-    samples.append(process_load.timed_with_load(lambda: prepared.run(1)))
+    samples.append(process.timed_with_load(lambda: prepared.run(1)))
     losses.append(prepared.loss())
   if prepared.error:
     raise RuntimeError(prepared.error)
@@ -86,9 +85,9 @@ def run_ours(args) -> dict:
     "num_params": prepared.num_params,
     "steps": samples,
     "losses": losses,
-    "peak_rss_bytes": process_load.peak_rss_bytes(),
-    "allocator": process_load.mapped_allocator(),
-    "threads": {"cores": cores, "xla_flags": os.environ["XLA_FLAGS"], "process_threads": process_load.thread_count()},
+    "peak_rss_bytes": process.peak_rss_bytes(),
+    "allocator": process.mapped_allocator(),
+    "threads": {"cores": cores, "xla_flags": os.environ["XLA_FLAGS"], "process_threads": process.thread_count()},
     "flops_per_step": prepared.flops,
     "compile_seconds": prepared.compile_seconds,
     "matmul_peak": None if peak is None else {k: peak[k] for k in ("size", "flops_per_s", "seconds")},
@@ -137,7 +136,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _override(text: str) -> tuple[str, object]:
-  """`model.x=2` -> ("model.x", 2), as `benchmarks.efficiency.parse_override` (not imported: it loads JAX, and
+  """`model.x=2` -> ("model.x", 2), as `benchmarks.train_step.parse_override` (not imported: it loads JAX, and
   the worker must pin its cores before JAX starts)."""
   key, sep, value = text.partition("=")
   if not sep:
@@ -208,9 +207,11 @@ def run_job(args, job: dict) -> dict:
 
 
 def run(args) -> dict:
+  from experiments.tables import vs_release as tables  # imports JAX: never at module level (see run_ours)
+
   meta = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "git_commit": process_load.git_commit(),
+    "git_commit": process.git_commit(),
     "machine": platform.machine(),
     "cpu_count": os.cpu_count(),
     "load_average_start": list(os.getloadavg()),
@@ -222,105 +223,14 @@ def run(args) -> dict:
     job_environment(allocator)  # an allocator that is not installed fails here, before hours of runs
   for i, job in enumerate(jobs):
     records.append(run_job(args, job))
-    print(f"[{i + 1}/{len(jobs)}] {summary_line(records[-1])}", file=sys.stderr, flush=True)
+    print(f"[{i + 1}/{len(jobs)}] {tables.summary_line(records[-1])}", file=sys.stderr, flush=True)
   meta["load_average_end"] = list(os.getloadavg())
   return {"meta": meta, "records": records}
 
 
-def summary_line(record: dict) -> str:
-  head = f"{record['allocator']} N={record['seq_len']} {record['model']} {record['side']}"
-  if record.get("error"):
-    return f"{head}: FAILED {record['error']}"
-  seconds = [s["seconds"] for s in record["steps"]]
-  other = [s["other_cores"] for s in record["steps"] if s["other_cores"] is not None]
-  load = f", others {statistics.median(other):.2f} cores" if other else ""
-  return f"{head}: median {statistics.median(seconds):.3f} s/step{load}"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Tables (also `experiments.docs_tables`, kind `vs_release:<dir>`).
-
-
-def _cell(records: list[dict]) -> dict | None:
-  """Pooled numbers of one (allocator, N, model, side): median over all timed steps, and per process."""
-  ok = [r for r in records if not r.get("error")]
-  if not ok:
-    return None
-  steps = [s for r in ok for s in r["steps"]]
-  other = [s["other_cores"] for s in steps if s["other_cores"] is not None]
-  per_process = [statistics.median(s["seconds"] for s in r["steps"]) for r in ok]
-  peaks = [r["matmul_peak"]["flops_per_s"] for r in ok if r.get("matmul_peak")]
-  flops = next((r.get("flops_per_step") for r in ok if r.get("flops_per_step")), None)
-  median = statistics.median(s["seconds"] for s in steps)
-  return {
-    "median": median,
-    "per_process": per_process,
-    "other_median": statistics.median(other) if other else None,
-    "other_max": max(other) if other else None,
-    "rss_mib": max(r["peak_rss_bytes"] or 0 for r in ok) / 2**20,
-    "peak_fraction": flops / median / statistics.median(peaks) if flops and peaks else None,
-  }
-
-
-def markdown(results: dict) -> str:
-  """The comparison table: per (allocator, N, model) both sides' median step, the ratio, the load, memory."""
-  meta, records = results["meta"], results["records"]
-  args = meta["args"]
-  keys = list(dict.fromkeys((r["allocator"], r["seq_len"], r["model"]) for r in records))
-  rows = []
-  for allocator, n, model in keys:
-    mine = [r for r in records if (r["allocator"], r["seq_len"], r["model"]) == (allocator, n, model)]
-    cells = {side: _cell([r for r in mine if r["side"] == side]) for side in SIDES}
-    rel, ours = cells["release"], cells["ours"]
-
-    def seconds(cell):
-      if cell is None:
-        return "-"
-      return f"{cell['median']:.3f} ({' / '.join(f'{v:.3f}' for v in cell['per_process'])})"
-
-    others = [c for c in (rel, ours) if c and c["other_median"] is not None]
-    load = (
-      " / ".join(f"{c['other_median']:.2f} ({c['other_max']:.2f})" for c in others) if others else "-"
-    )  # fmt: skip
-    rows.append([
-      allocator, str(n), model, seconds(rel), seconds(ours),
-      f"{rel['median'] / ours['median']:.2f}" if rel and ours else "-",
-      load,
-      " / ".join("-" if c is None else f"{c['rss_mib']:,.0f}" for c in (rel, ours)),
-      "-" if ours is None or ours["peak_fraction"] is None else f"{100 * ours['peak_fraction']:.0f}%",
-    ])  # fmt: skip
-  header = [
-    "allocator", "N", "model", "release s/step (per process)", "primal_jax s/step (per process)",
-    "release / primal_jax", "other processes, cores: median (max)", "peak RSS MiB", "primal_jax % matmul peak",
-  ]  # fmt: skip
-  lines = ["| " + " | ".join(header) + " |", "|---|---:|---|" + "---:|" * (len(header) - 3)]
-  lines += ["| " + " | ".join(row) + " |" for row in rows]
-  failed = [r for r in records if r.get("error")]
-  versions = {k: v for r in records if not r.get("error") for k, v in r.get("versions", {}).items()}
-  caption = (
-    f"Median seconds per training step over {args['steps']} timed steps (after {args['warmup_steps']} warm-up "
-    f"steps) of every process, in parentheses each process's median; {args['rounds']} process(es) per cell, "
-    f"sides interleaved. LRA `{args['task']}` model, batch {args['batch_size']}, float32, {args['threads']} "
-    f"threads on both sides (cores pinned), {meta['cpu_count']} CPUs ({meta['machine']}), "
-    f"{', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}, {meta['date'][:10]}, commit "
-    f"{(meta['git_commit'] or '?')[:9]}. Other processes: cores they kept busy during the timed steps "
-    f"(release / primal_jax; 0 on a quiet machine); load average {meta['load_average_start'][0]:.1f} at the start, "
-    f"{meta['load_average_end'][0]:.1f} at the end. Peak RSS: release / primal_jax (ours includes compiling)."
-  )
-  if args.get("xla_flags"):
-    caption += f" Extra XLA flags: `{args['xla_flags']}`."
-  if failed:
-    caption += " Failed: " + "; ".join(summary_line(r) for r in failed) + "."
-  return "\n".join(lines) + "\n\n" + caption
-
-
-def docs_table(name: str, base: Path) -> str:
-  """The docs table `vs_release:<name>`: the table of benchmarks/results/<name>/vs_release.json."""
-  del base  # no links to place
-  return markdown(json.loads((ROOT / "benchmarks" / "results" / name / "vs_release.json").read_text())).strip()
-
-
 def save(results: dict, out_dir: str | Path) -> list[Path]:
+  from experiments.tables import vs_release as tables  # imports JAX: never at module level (see run_ours)
+
   def clean(value):
     if isinstance(value, float) and not math.isfinite(value):
       return None
@@ -334,7 +244,7 @@ def save(results: dict, out_dir: str | Path) -> list[Path]:
   out.mkdir(parents=True, exist_ok=True)
   paths = [out / "vs_release.json", out / "vs_release.md"]
   paths[0].write_text(json.dumps(clean(results), indent=1) + "\n")
-  paths[1].write_text("# primal_jax vs the PyTorch release\n\n" + markdown(results) + "\n")
+  paths[1].write_text("# primal_jax vs the PyTorch release\n\n" + tables.results_markdown(results) + "\n")
   return paths
 
 
@@ -342,8 +252,10 @@ def main(argv=None) -> dict:
   args = parse_args(argv)
   if args.worker:
     return run_ours(args)
+  from experiments.tables import vs_release as tables  # imports JAX: never before run_ours pins the cores
+
   results = run(args)
-  print(markdown(results))
+  print(tables.results_markdown(results))
   if args.out:
     print("wrote " + ", ".join(str(p) for p in save(results, args.out)), file=sys.stderr)
   return results

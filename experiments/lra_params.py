@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from primal_jax import markdown
 from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.attention.softmax import SoftmaxAttention
 from primal_jax.cli.config_lookup import load_config
@@ -54,11 +55,8 @@ def count_config_params(config, task: str, seq_len: int | None = None) -> int:
 
 def table() -> str:
   tasks = list(LENGTHS)
-  lines = ["| model | " + " | ".join(f"{t} (N={LENGTHS[t]})" for t in tasks) + " |"]
-  lines.append("|---|" + "---:|" * len(tasks))
-  for model in models():
-    lines.append(f"| {model} | " + " | ".join(f"{count_params(t, model):,}" for t in tasks) + " |")
-  return "\n".join(lines)
+  header = ["model", *(f"{t} (N={LENGTHS[t]})" for t in tasks)]
+  return markdown.table(header, ([model, *(f"{count_params(t, model):,}" for t in tasks)] for model in models()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.engine.records import existing_record_error, read_jsonl, write_record
+from experiments.engine.spec import MAIN_MODULE, main_flags
 from primal_jax.atomic_files import read_json
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError
@@ -46,8 +48,7 @@ RESULTS = ROOT / "experiments" / "results" / "lra_short"
 
 def train_command(task: str, model: str, workdir: str | Path, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
   """argv of the training run (python -m experiments.main with the packaged `lra` config, by name)."""
-  config = f"--config=lra:task={task},model={model},short"
-  return [sys.executable, "-m", "experiments.main", config, f"--workdir={workdir}", *extra]
+  return [sys.executable, "-m", MAIN_MODULE, *main_flags(f"lra:task={task},model={model},short", workdir, extra=extra)]
 
 
 def train_config(task: str, model: str, extra: list[str] | tuple[str, ...] = ()):
@@ -97,12 +98,6 @@ def _same_record(path: Path, record: dict) -> bool:
   return strip(old) == strip(json.loads(json.dumps(record)))
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-  if not path.exists():
-    return []
-  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def collect(
   workdir: str | Path, *, command: str, wall_s: float | None = None, cpu_s: float | None = None
 ) -> dict[str, Any]:
@@ -120,7 +115,7 @@ def collect(
   config = json.loads((workdir / "config.json").read_text())
   history_path = workdir / "eval_history.json"
   history = json.loads(history_path.read_text()) if history_path.exists() else []
-  rows = _read_jsonl(workdir / "metrics.jsonl")
+  rows = read_jsonl(workdir / "metrics.jsonl")
   train = [r for r in rows if r.get("prefix") == "train"]
   wall_kind = "command"
   if wall_s is None and rows:
@@ -201,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as err:  # a damaged config.json is a DamagedFileError naming it
       parser.error(str(err))
   else:
-    if out.exists() and not args.overwrite:
-      parser.error(f"--out {out} exists (a recorded result); pass --overwrite to replace it, or another --out")
+    if refused := existing_record_error(out, args.overwrite):
+      parser.error(refused)
     if args.workdir.exists() and any(args.workdir.iterdir()):
       parser.error(f"--workdir {args.workdir} is not empty; use a new one (or --collect_only)")
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -226,8 +221,7 @@ def main(argv: list[str] | None = None) -> int:
   record["machine"] = machine()
   if not args.collect_only:
     record["machine"]["load_average_before"] = load_before
-  out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(json.dumps(record, indent=1) + "\n")
+  write_record(out, record)
   best = record["test_at_best_validation"] or record["best_test"]
   print(f"wrote {out}: test accuracy at the best validation {best}, {record['steps']} steps, {record['wall_s']} s")
   return 0

@@ -23,7 +23,6 @@ library offers, so it stays out of the model registry.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -34,6 +33,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
+from experiments.engine.records import existing_record_error, write_record
 from primal_jax.tasks.lra.pathfinder import generate_pathfinder
 
 
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("--overwrite", action="store_true", help="replace an existing --out record")
   argv = sys.argv[1:] if argv is None else list(argv)
   args = parser.parse_args(argv)
-  if args.out is not None and args.out.exists() and not args.overwrite:
-    parser.error(f"--out {args.out} exists (a recorded result); pass --overwrite to replace it, or another --out")
+  if refused := existing_record_error(args.out, args.overwrite):
+    parser.error(refused)
   for name in ("num_train", "num_test", "steps", "eval_every"):
     if getattr(args, name) < 1:
       parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
@@ -166,8 +166,7 @@ def main(argv: list[str] | None = None) -> None:
   )
   record["command"] = shlex.join(["python", "-m", "experiments.pathfinder_learnability", *argv])
   if args.out is not None:
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(args.out, record)
 
 
 if __name__ == "__main__":

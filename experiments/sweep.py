@@ -4,7 +4,7 @@
 
 Finished runs are skipped (a second invocation only rewrites the tables); a killed sweep, started again,
 redoes only the run it was in. A run another process holds (another sweep, another shard spec) is skipped
-with one line. The work is in `experiments.sweeping`.
+with one line. The work is in `experiments.engine`.
 
 A mistake in what the command names (a sweep file that does not parse, an override of a key the config lacks,
 an unknown protocol or table, a workdir where the same shard is running) ends in one line on stderr,
@@ -43,7 +43,8 @@ def run(argv: list[str] | None = None) -> None:
       logging.set_verbosity(logging.WARNING)
     import jax
 
-    from experiments.sweeping import load_sweep, run_sweep
+    from experiments.engine.runner import run_sweep
+    from experiments.engine.spec import load_sweep
     from primal_jax.atomic_files import DamagedFileError
     from primal_jax.errors import ConfigError
 

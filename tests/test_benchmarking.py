@@ -1,4 +1,4 @@
-"""Tests of the efficiency benchmark's helpers (`benchmarks.harness`) and a tiny run of its script.
+"""Tests of the benchmarks' harness (`benchmarks.harness`), its tables and a tiny run of its script.
 
 No timing is asserted: the numbers depend on the machine. What is checked is the accounting (FLOPs,
 memory, slopes, ratios), the files written, and that the fused-softmax variant computes the same model.
@@ -14,7 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import harness as bm
+from benchmarks import train_step
+from benchmarks.harness import measure as bm
+from benchmarks.harness import process
+from experiments.tables import efficiency as tables
 from primal_jax.launch import host_allocator
 from primal_jax.models.classifier import SequenceClassifier
 from primal_jax.models.config import make_config
@@ -55,26 +58,26 @@ def test_memory_analysis_counts_donated_buffers_once():
 
 
 def test_process_memory_helpers():
-  assert bm.ru_maxrss_bytes() > 0
-  assert bm.peak_rss_bytes() > 0
+  assert process.ru_maxrss_bytes() > 0
+  assert process.peak_rss_bytes() > 0
   if sys.platform.startswith("linux"):
-    assert bm.rss_high_water_bytes() >= bm.current_rss_bytes() > 0
+    assert process.rss_high_water_bytes() >= process.current_rss_bytes() > 0
   assert bm.device_memory(jax.devices("cpu")[0]) is None or isinstance(bm.device_memory(), dict)
 
 
 @pytest.mark.parametrize("exponent", [1.0, 2.0])
 def test_loglog_slope_recovers_the_exponent(exponent):
   x = np.array([1024, 2048, 4096, 8192, 16384], float)
-  slope, intercept = bm.fit_loglog_slope(x, 3.5 * x**exponent)
+  slope, intercept = tables.fit_loglog_slope(x, 3.5 * x**exponent)
   assert slope == pytest.approx(exponent, abs=1e-12)
   assert intercept == pytest.approx(math.log(3.5), abs=1e-9)
 
 
 def test_loglog_slope_rejects_bad_input():
   with pytest.raises(ValueError, match="two distinct"):
-    bm.fit_loglog_slope([8], [1.0])
+    tables.fit_loglog_slope([8], [1.0])
   with pytest.raises(ValueError, match="positive"):
-    bm.fit_loglog_slope([1, 2], [0.0, 1.0])
+    tables.fit_loglog_slope([1, 2], [0.0, 1.0])
 
 
 def test_interleaved_timings_rotate_the_order():
@@ -102,13 +105,13 @@ def _records():
 
 
 def test_ratio_table_against_the_reference():
-  table = bm.ratio_table(_records(), "sec_per_1k_steps", reference="softmax")
+  table = tables.ratio_table(_records(), "sec_per_1k_steps", reference="softmax")
   lines = table.splitlines()
   assert lines[0] == "| variant | N=1024 | N=2048 | N=4096 | slope |"
   assert lines[2] == "| softmax | 10.00 (1.00x) | 40.00 (1.00x) | - | 2.00 |"
   # No softmax at 4096: the value without a ratio.
   assert lines[3] == "| linear | 5.00 (0.50x) | 10.00 (0.25x) | 20.00 | 1.00 |"
-  memory = bm.ratio_table(_records(), "xla_memory.total_bytes", reference="softmax", scale=1024, digits=0)
+  memory = tables.ratio_table(_records(), "xla_memory.total_bytes", reference="softmax", scale=1024, digits=0)
   assert "| linear | 64 (0.06x) | 128 (0.03x) | 256 | 1.00 |" in memory
 
 
@@ -116,8 +119,8 @@ def test_results_markdown_sections_and_failures():
   records = [*_records(), {"variant": "performer", "seq_len": 1024, "error": "ValueError: boom"}]
   for rec in records[:-1]:
     rec.update(flops_per_step=1e9, **bm.roofline(1e9, rec["sec_per_1k_steps"] / 1000, 1e12))
-  text = bm.results_markdown({"records": records, "matmul_peak": {"flops_per_s": 1e12, "size": 64, "dtype": "float32"}},
-                             reference="softmax")  # fmt: skip
+  peak = {"flops_per_s": 1e12, "size": 64, "dtype": "float32"}
+  text = tables.results_markdown({"records": records, "matmul_peak": peak}, reference="softmax")
   assert "### Training time (seconds per 1,000 steps)" in text
   assert "### XLA memory of the step" in text
   assert "Peak RSS" not in text  # no such data
@@ -132,13 +135,13 @@ def test_json_round_trip(tmp_path):
     "records": [{"variant": "softmax", "seq_len": 64, "sec_per_1k_steps": 1.25, "final_loss": float("nan")}],
   }
   path = bm.save_results(tmp_path / "sub" / "r.json", results)
-  loaded = bm.load_results(path)
+  loaded = tables.load_results(path)
   assert loaded["records"][0] == {"variant": "softmax", "seq_len": 64, "sec_per_1k_steps": 1.25, "final_loss": None}
   assert loaded["matmul_peak"]["flops_per_s"] == 2.5
   assert loaded["meta"]["args"]["set"] == [["model.attention.primal.rank_multi", 2]]
   assert json.loads(path.read_text()) == loaded
   bm.save_results(path, loaded)
-  assert bm.load_results(path) == loaded
+  assert tables.load_results(path) == loaded
 
 
 def test_plot_scaling_writes_a_png(tmp_path):
@@ -166,7 +169,7 @@ def test_matmul_peak_is_positive():
 def test_dot_product_variant_computes_the_einsum_model(efficiency):
   """The softmax_dpa variant's model: same parameters and (without dropout) the same logits as the einsum one."""
   sizes = dict(vocab_size=16, max_len=24, dim=16, hidden_dim=32, num_classes=3)
-  options = dict(efficiency.FUSED_SOFTMAX)["model.attention.softmax"]
+  options = dict(train_step.FUSED_SOFTMAX)["model.attention.softmax"]
   assert options["impl"] == "dot_product_attention"
   model = SequenceClassifier(make_config("softmax", 2, **sizes))
   fused_model = SequenceClassifier(make_config("softmax", 2, attention={"softmax": options}, **sizes))
@@ -190,7 +193,7 @@ def test_plan_grid_and_overrides(efficiency):
     (8192, ["primalformer"]),
     (16384, ["primalformer"]),
   ]
-  assert {"softmax", "softmax_dpa", "primalformer", "primal_plus"} <= set(efficiency.available_variants())
+  assert {"softmax", "softmax_dpa", "primalformer", "primal_plus"} <= set(train_step.available_variants())
   with pytest.raises(ValueError, match="unknown variants"):
     efficiency.plan_grid(efficiency.parse_args(["--variants=nope"]))
 
@@ -210,7 +213,7 @@ def test_script_end_to_end(efficiency, tmp_path, capsys):
     assert "error" not in rec, rec
     assert rec["sec_per_1k_steps"] > 0 and rec["flops_per_step"] > 0 and rec["xla_memory"]["total_bytes"] > 0
     assert math.isfinite(rec["final_loss"])
-  saved = bm.load_results(tmp_path / "efficiency.json")
+  saved = tables.load_results(tmp_path / "efficiency.json")
   assert [r["variant"] for r in saved["records"]] == [r["variant"] for r in results["records"]]
   markdown = (tmp_path / "efficiency.md").read_text()
   assert "| softmax | " in markdown and "(1.00x)" in markdown
@@ -249,10 +252,8 @@ def test_git_commit_is_this_checkouts_head_unless_named(monkeypatch):
   """Records name the commit they ran; a tree copied without its history (an accelerator host) names it."""
   import subprocess
 
-  from benchmarks import process_load
-
   monkeypatch.delenv("PRIMAL_JAX_COMMIT", raising=False)
-  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=process_load._ROOT, capture_output=True, text=True)
-  assert process_load.git_commit() == (head.stdout.strip() or None)
+  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=process._ROOT, capture_output=True, text=True)
+  assert process.git_commit() == (head.stdout.strip() or None)
   monkeypatch.setenv("PRIMAL_JAX_COMMIT", "0123abc")
-  assert process_load.git_commit() == "0123abc"
+  assert process.git_commit() == "0123abc"

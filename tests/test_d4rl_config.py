@@ -13,7 +13,7 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("mujoco")
 pytest.importorskip("h5py")
 
-from experiments.sweeping import load_sweep, plan  # noqa: E402
+from experiments.engine.spec import load_sweep, plan  # noqa: E402
 from primal_jax.cli.config_lookup import load_config  # noqa: E402
 from primal_jax.models.builders import build_model  # noqa: E402
 from primal_jax.tasks.offline_rl.input_pipeline import RLDatasetInfo  # noqa: E402

@@ -70,10 +70,9 @@ def test_a_damaged_result_file_is_named_in_one_line(tmp_path, monkeypatch, capsy
   one line naming the document, the table and the file, exit status 2, and nothing is written."""
   import json
 
-  from experiments import sweep_tables
+  from experiments.tables import common
 
-  monkeypatch.setattr(docs_tables, "RESULTS", tmp_path)
-  monkeypatch.setattr(sweep_tables, "RESULTS", tmp_path)
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
   (tmp_path / "spectrum_trial").mkdir()
   damaged = tmp_path / "spectrum_trial" / "spectrum.json"
   damaged.write_text('{"runs": [{"name": "a", "lay')  # a copy cut short

@@ -139,7 +139,7 @@ def test_a_cpu_run_without_tcmalloc_is_told_once_how_to_get_it(jv_tfds_dir, tmp_
 
   monkeypatch.setattr(ha, "loaded_allocator", lambda maps_path=None: "system")
   monkeypatch.setattr(ha, "find_library", lambda name, search_dirs=None: None)
-  config = load_config(str(ROOT / "experiments" / "configs" / "uea.py") + ":smoke", lock=False)
+  config = load_config("uea:smoke", lock=False)
   config.data.data_dir, config.total_steps = jv_tfds_dir, 1
   lines = []
   train_and_evaluate(config, tmp_path, print_fn=lines.append)

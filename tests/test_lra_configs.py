@@ -92,5 +92,8 @@ def test_param_count_matches_the_release_state_dict():
 def test_unknown_task_or_model():
   with pytest.raises(ValueError, match="task must be one of"):
     load_config(f"{CONFIG}:task=nope")
-  with pytest.raises(ValueError, match="model must be one of primalformer, primal_plus, cosformer, .*, primal, .*, softmax, yoso_e, got .nope."):
+  with pytest.raises(
+    ValueError,
+    match="model must be one of primalformer, primal_plus, cosformer, .*, softmax, yoso_e, got .nope.",
+  ):
     lra_params.count_params("listops", "nope")

@@ -11,7 +11,7 @@ import pytest
 from experiments import lra_short
 from primal_jax.cli.config_lookup import load_config
 
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "lra.py"
+CONFIG = "lra"  # the packaged config, by name
 
 
 def _fake_run(workdir: Path, spec: str = f"{CONFIG}:task=image,short", **overrides) -> None:

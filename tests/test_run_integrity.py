@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 
 from primal_jax.cli.config_lookup import load_config
+from primal_jax.dotted import set_dotted
 from primal_jax.training.checkpoints import Checkpointer
 from primal_jax.training.loop import TrainingError, load_state, train_and_evaluate
 
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uea.py"
+CONFIG = "uea"  # the packaged config, by name
 
 
 def smoke_config(data_dir, **overrides):
@@ -36,11 +37,7 @@ def smoke_config(data_dir, **overrides):
   config.eval_every_steps = 2
   config.checkpoint_on_eval = False  # checkpoints at steps 4 and 8 only
   for key, value in overrides.items():
-    target = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      target = target[p]
-    target[leaf] = value
+    set_dotted(config, key, value, new_leaf=True)
   return config
 
 

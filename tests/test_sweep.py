@@ -1,4 +1,4 @@
-"""The sweep runner (experiments.sweeping) and the UEA sweep file: planning, hashing, caching,
+"""The sweep engine (experiments.engine) and the UEA sweep file: planning, hashing, caching,
 resume after a killed run, and aggregation checked against numpy on hand-written results."""
 
 from __future__ import annotations
@@ -16,19 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.sweeping import (
-  RESULT_FILE,
-  Cell,
-  Run,
-  Sweep,
-  config_hash,
-  load_sweep,
-  plan,
-  resolve,
-  run_sweep,
-  stored_rows,
-  write_results,
-)
+from experiments.engine.aggregate import stored_rows, write_results
+from experiments.engine.records import RESULT_FILE
+from experiments.engine.runner import run_sweep
+from experiments.engine.spec import Cell, Run, Sweep, config_hash, load_sweep, plan, resolve
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError
 
@@ -429,7 +420,7 @@ def test_sweep_binary_lock_and_table_filter(data_dir, tmp_path):
 
 
 SWEEP_FILE = """
-from experiments.sweeping import Cell, Run, Sweep
+from experiments.engine.spec import Cell, Run, Sweep
 
 
 def get_sweep(arg):

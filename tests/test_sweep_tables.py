@@ -1,4 +1,4 @@
-"""The sweep-derived docs tables (experiments.sweep_tables): throughput from a run's own records."""
+"""The sweep-derived docs tables (experiments.tables.sweeps): throughput from a run's own records."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from experiments.sweep_tables import mean_std, run_device, training_tokens_per_second
-from experiments.sweeping import Cell, Row
+from experiments.engine.aggregate import Row
+from experiments.engine.spec import Cell
+from experiments.tables.sweeps import mean_std, run_device, training_tokens_per_second
 
 
 def _write_run(run_dir, records):
@@ -55,7 +56,7 @@ def test_a_sweep_table_leaves_out_a_run_without_its_metric(tmp_path, monkeypatch
   runs counts shows '-'."""
   import dataclasses
 
-  from experiments import sweep_tables
+  from experiments.tables import common, sweeps
 
   runs = tmp_path / "vit" / "sweep" / "runs"
   cells = {
@@ -68,8 +69,8 @@ def test_a_sweep_table_leaves_out_a_run_without_its_metric(tmp_path, monkeypatch
     entry = {"cell": dataclasses.asdict(cells[model]), "seed": seed, "protocol": "own_validation"}
     (runs / key).mkdir(parents=True)
     (runs / key / "result.json").write_text(json.dumps({"wall_seconds": 120.0, "runs": [entry], "summary": summary}))
-  monkeypatch.setattr(sweep_tables, "RESULTS", tmp_path)
-  table = sweep_tables.vit_sweep("short", tmp_path)
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+  table = sweeps.vit_sweep("short", tmp_path)
   assert "| DeiT | - | 80.0 | 50.0 (n = 1) | 2.0 min | CPU |" in table
   assert table.endswith("| Primal.+DeiT | - | - | - | - | - |")
   assert "run b (short model=DeiT, seed 1, own_validation) has no `test_at_best_validation`" in caplog.text

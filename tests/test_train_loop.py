@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from primal_jax.cli.config_lookup import load_config
+from primal_jax.dotted import set_dotted
 from primal_jax.models.config import model_layers, stack_name
 from primal_jax.training.checkpoints import Checkpointer, CheckpointError
 from primal_jax.training.loop import TrainingError, evaluate, load_state, train_and_evaluate
@@ -38,11 +39,7 @@ def smoke_config(data_dir, arg="", **overrides):
   config.log_every_steps = 1
   config.checkpoint_every_steps = 4
   for key, value in overrides.items():
-    target = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      target = target[p]
-    target[leaf] = value
+    set_dotted(config, key, value, new_leaf=True)
   return config
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import process_load, release_step, vs_release
+from benchmarks import release_step, vs_release
+from benchmarks.harness import process
+from experiments.tables.vs_release import results_markdown
 
 TORCH_PYTHON = os.environ.get("PRIMAL_JAX_TORCH_PYTHON", "")
 RELEASE_DIR = os.environ.get("PRIMAL_JAX_RELEASE_DIR", "")
@@ -25,13 +27,13 @@ def test_busy_seconds_count_busy_columns_only(tmp_path):
   stat = tmp_path / "stat"
   # user nice system idle iowait irq softirq steal: busy = 100 + 0 + 50 + 7 + 3 + 40 = 200 ticks.
   stat.write_text("cpu  100 0 50 900 20 7 3 40 0 0\ncpu0 1 2 3 4\n")
-  assert process_load.machine_busy_seconds(stat) == pytest.approx(200 / os.sysconf("SC_CLK_TCK"))
+  assert process.machine_busy_seconds(stat) == pytest.approx(200 / os.sysconf("SC_CLK_TCK"))
   stat.write_text("intr 1 2 3\n")
-  assert process_load.machine_busy_seconds(stat) is None
+  assert process.machine_busy_seconds(stat) is None
 
 
 def test_timed_with_load_measures_the_call():
-  sample = process_load.timed_with_load(lambda: sum(range(200_000)))
+  sample = process.timed_with_load(lambda: sum(range(200_000)))
   assert sample["seconds"] > 0
   assert sample["own_cores"] >= 0
   assert sample["other_cores"] is None or sample["other_cores"] >= 0
@@ -40,10 +42,10 @@ def test_timed_with_load_measures_the_call():
 def test_mapped_allocator_reads_the_memory_map(tmp_path):
   maps = tmp_path / "maps"
   maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4.5.10\n")
-  assert process_load.mapped_allocator(maps) == "tcmalloc"
+  assert process.mapped_allocator(maps) == "tcmalloc"
   maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
-  assert process_load.mapped_allocator(maps) == "system"
-  assert process_load.mapped_allocator(tmp_path / "missing") == "system"
+  assert process.mapped_allocator(maps) == "system"
+  assert process.mapped_allocator(tmp_path / "missing") == "system"
 
 
 def test_plan_interleaves_sides_and_covers_every_cell():
@@ -99,7 +101,7 @@ def test_markdown_ratio_load_and_peak_fraction():
       _record("ours", [0.20, 0.30, 0.10], 0.25, flops_per_step=1e9, matmul_peak={"flops_per_s": 1e10}),
     ],
   }
-  table = vs_release.markdown(results)
+  table = results_markdown(results)
   row = next(line for line in table.splitlines() if "primalformer" in line)
   cells = [c.strip() for c in row.strip("|").split("|")]
   assert cells[3] == "0.450 (0.450)" and cells[4] == "0.200 (0.200)"

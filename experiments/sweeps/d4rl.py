@@ -22,7 +22,7 @@ Arguments (`--sweep=experiments/sweeps/d4rl.py:seeds=3,full`):
 
 from __future__ import annotations
 
-from experiments.sweeping import Cell, Run, Sweep
+from experiments.engine.spec import Cell, Run, Sweep
 from primal_jax.tasks.common import parse_config_arg
 
 CONFIG = "d4rl"  # the packaged config (primal_jax/tasks/offline_rl/config.py), by name

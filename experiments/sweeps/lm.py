@@ -18,7 +18,7 @@ Arguments (`--sweep=experiments/sweeps/lm.py:seeds=3`): seeds (3); smoke: second
 
 from __future__ import annotations
 
-from experiments.sweeping import Cell, Run, Sweep
+from experiments.engine.spec import Cell, Run, Sweep
 from primal_jax.tasks.common import parse_config_arg
 
 CONFIG = "lm"  # the packaged config (primal_jax/tasks/lm/config.py), by name

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from experiments.sweeping import PROTOCOL_TITLE, Cell, Run, Sweep
+from experiments.engine.spec import PROTOCOL_TITLE, Cell, Run, Sweep
 from primal_jax.tasks.common import parse_config_arg
 from primal_jax.tasks.uea import config as uea_config
 

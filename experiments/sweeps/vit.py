@@ -17,7 +17,7 @@ Arguments (`--sweep=experiments/sweeps/vit.py:seeds=3`): seeds (3); smoke: secon
 
 from __future__ import annotations
 
-from experiments.sweeping import Cell, Run, Sweep
+from experiments.engine.spec import Cell, Run, Sweep
 from primal_jax.tasks.common import parse_config_arg
 
 CONFIG = "vit"  # the packaged config (primal_jax/tasks/vision/config.py), by name

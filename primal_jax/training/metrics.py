@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from primal_jax import markdown
 from primal_jax.atomic_files import write_json_atomically
 
 METRICS_FILE = "metrics.jsonl"
@@ -303,15 +304,8 @@ def summary_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> 
   if not columns:
     raise ValueError("summary_table needs at least one column")
   cells = [[_format_value(row[c]) if row.get(c) is not None else "" for c in columns] for row in rows]
-  numeric = [_is_numeric_column([row.get(c) for row in rows]) for c in columns]
-  widths = [max([len(c), 3] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-
-  def fmt(values):
-    padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
-    return "| " + " | ".join(padded) + " |"
-
-  rule = "|" + "|".join(("-" * (w + 1) + ":") if num else "-" * (w + 2) for w, num in zip(widths, numeric, strict=True))
-  return "\n".join([fmt(list(columns)), rule + "|", *(fmt(r) for r in cells)])
+  aligns = ["r" if _is_numeric_column([row.get(c) for row in rows]) else "l" for c in columns]
+  return markdown.table(list(columns), cells, aligns=aligns, pad=True)
 
 
 __all__ = ["MetricWriter", "Progress", "format_duration", "read_metrics", "summary_table"]

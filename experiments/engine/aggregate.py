@@ -1,0 +1,224 @@
+"""Rows over seeds from the finished runs' records, and the results.md / results.csv tables of a sweep."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from experiments.engine.records import RESULT_FILE, read_result
+from experiments.engine.spec import PROTOCOL_METRIC, PROTOCOL_TITLE, PROTOCOLS, Cell, PlannedRun, Sweep, plan
+from primal_jax import markdown
+from primal_jax.atomic_files import read_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One table row under one protocol: test accuracies (%) of its finished seeds."""
+
+  cell: Cell
+  protocol: str
+  accuracies: tuple[float, ...]
+  planned: int
+  wall_seconds: tuple[float, ...]
+  keys: tuple[str, ...] = ()  # the runs' directories under runs/ (stored_rows), in seed order
+  unscored: tuple[tuple[str, int], ...] = ()  # (key, seed) of finished runs without the protocol's value
+
+  @property
+  def n(self) -> int:
+    return len(self.accuracies)
+
+  @property
+  def mean(self) -> float:
+    return float(np.mean(self.accuracies)) if self.accuracies else math.nan
+
+  @property
+  def std(self) -> float:
+    """Sample standard deviation (ddof=1) over seeds; nan below two seeds."""
+    return float(np.std(self.accuracies, ddof=1)) if self.n > 1 else math.nan
+
+
+def summary_value(summary: dict, protocol: str) -> float | None:
+  """The number a table shows for a run: test accuracy in %, the D4RL normalised score or test bits per byte
+  (language models), None if the summary has no such entry."""
+  entry = summary.get(PROTOCOL_METRIC[protocol]) if isinstance(summary, Mapping) else None
+  if not isinstance(entry, Mapping):
+    return None
+  if "accuracy" in entry:
+    return 100.0 * entry["accuracy"]
+  for name in ("normalized_score", "bits_per_byte"):
+    if name in entry:
+      return float(entry[name])
+  return None
+
+
+def unscored_line(key: str, cell: Cell, seed: int | str, protocol: str) -> str:
+  """The line that flags a finished run whose summary lacks its protocol's entry (left out of its row)."""
+  labels = " ".join(f"{k}={v}" for k, v in cell.labels)
+  return (
+    f"run {key} ({cell.table} {labels}, seed {seed}, {protocol}) has no `{PROTOCOL_METRIC[protocol]}` in its "
+    f"summary: not counted (see runs/{key}/train.log; delete runs/{key}/{RESULT_FILE} to train it again)"
+  )
+
+
+def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], planned: int, stored: bool) -> Row:
+  """The Row of (key, seed, result) triples: the runs whose summary has the protocol's value, the rest listed in
+  `Row.unscored` (and logged when `stored`: `write_results` names them itself)."""
+  scored, unscored = [], []
+  for key, seed, result in found:
+    value = summary_value(result.get("summary"), protocol)
+    if value is None:
+      if stored:
+        log.warning(unscored_line(key, cell, seed, protocol))
+      unscored.append((key, seed))
+    else:
+      scored.append((key, value, result["wall_seconds"]))
+  return Row(
+    cell,
+    protocol,
+    tuple(value for _, value, _ in scored),
+    planned=planned,
+    wall_seconds=tuple(wall for _, _, wall in scored),
+    keys=tuple(key for key, _, _ in scored) if stored else (),
+    unscored=tuple(unscored),
+  )
+
+
+# --- aggregation
+
+
+def aggregate(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRun] | None = None) -> list[Row]:
+  """One Row per (table cell, protocol), in the order the sweep lists them, from the finished runs."""
+  planned = plan(sweep.runs) if planned is None else planned
+  key_of = {run: key for key, p in planned.items() for run in p.runs}
+  keys: dict[tuple[Cell, str], list[str]] = {}
+  for run in sweep.runs:
+    group = keys.setdefault((run.cell, run.protocol), [])
+    if key_of[run] not in group:
+      group.append(key_of[run])
+  seeds = {(run.cell, run.protocol, key_of[run]): run.seed for run in sweep.runs}
+  rows = []
+  for (cell, protocol), group in keys.items():
+    results = [(key, read_result(Path(workdir) / "runs" / key)) for key in group]
+    found = [(key, seeds[(cell, protocol, key)], r) for key, r in results if r is not None]
+    rows.append(_row(cell, protocol, found, len(group), stored=False))
+  return rows
+
+
+def stored_rows(workdir: str | Path) -> list[Row]:
+  """One Row per (table cell, protocol) from the finished runs' own records, without planning a sweep.
+
+  Every `result.json` names the cells it reports to, so a finished sweep's tables can be rebuilt after its
+  sweep file or configs changed (which changes the run hashes that `aggregate` looks runs up by). Rows are
+  sorted by (table, labels, protocol); accuracies within a row by seed. `planned` is the number found.
+  """
+  groups: dict[tuple[Cell, str], list[tuple[int, str, dict]]] = {}  # (seed, run directory, result)
+  for path in sorted(Path(workdir).glob(f"runs/*/{RESULT_FILE}")):
+    result = read_json(path, "a finished run's record")
+    for entry in result["runs"]:
+      recorded = entry["cell"]
+      cell = Cell(recorded["table"], tuple(tuple(pair) for pair in recorded["labels"]), recorded["paper"])
+      groups.setdefault((cell, entry["protocol"]), []).append((entry["seed"], path.parent.name, result))
+  rows = []
+  for (cell, protocol), found in sorted(groups.items(), key=lambda i: (i[0][0].table, i[0][0].labels, i[0][1])):
+    found = sorted(found, key=lambda item: item[0])  # by seed
+    rows.append(_row(cell, protocol, [(key, seed, r) for seed, key, r in found], len(found), stored=True))
+  return rows
+
+
+def _fmt(row: Row | None, digits: int = 1) -> str:
+  if row is None or not row.n:
+    return "-"
+  return f"{row.mean:.{digits}f}" if row.n < 2 else f"{row.mean:.{digits}f} ± {row.std:.{digits}f}"
+
+
+def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) -> str:
+  """One Markdown table per sweep table: labels, the paper's number, each protocol's mean ± std and n."""
+  by_cell: dict[Cell, dict[str, Row]] = {}
+  for row in rows:
+    by_cell.setdefault(row.cell, {})[row.protocol] = row
+  protocols = [p for p in PROTOCOLS if any(row.protocol == p for row in rows)]
+  out = []
+  for table in dict.fromkeys(cell.table for cell in by_cell):
+    cells = [cell for cell in by_cell if cell.table == table]
+    columns = list(dict.fromkeys(k for cell in cells for k, _ in cell.labels))
+    header = [*columns, "paper"] + [h for p in protocols for h in (PROTOCOL_TITLE[p], "n")]
+    body = []
+    for cell in cells:
+      labels = dict(cell.labels)
+      values = [labels.get(c, "") for c in columns] + ["-" if cell.paper is None else f"{cell.paper:.1f}"]
+      for p in protocols:
+        row = by_cell[cell].get(p)
+        values += [_fmt(row, sweep.digits), f"{row.n}/{row.planned}" if row else "-"]
+      body.append(values)
+    out += [f"### {sweep.titles.get(table, table)}", "", markdown.table(header, body, numeric_from=len(columns)), ""]
+  if walls:
+    out.append(
+      f"{len(walls)} distinct runs finished; wall time {sum(walls) / 3600:.2f} h in all, {np.mean(walls):.0f} s "
+      f"per run (min {min(walls):.0f} s, max {max(walls):.0f} s), each run's from start to result (compilation, "
+      "data loading and, in subprocess mode, process start included)."
+    )
+  out.append(
+    f"{sweep.value_name}, mean ± sample std (ddof=1) over seeds; n = finished/planned seeds. "
+    + " ".join(f"{PROTOCOL_TITLE[p]}: summary `{PROTOCOL_METRIC[p]}`." for p in protocols)
+  )
+  if sweep.notes:
+    out += ["", sweep.notes]
+  flagged = [(row, entry) for row in rows for entry in row.unscored]
+  if flagged:
+    out += ["", "Finished runs left out of the tables:", ""]
+    out += [f"- {unscored_line(key, row.cell, seed, row.protocol)}" for row, (key, seed) in flagged]
+  return "\n".join(out) + "\n"
+
+
+def results_csv(rows: Sequence[Row]) -> str:
+  columns = list(dict.fromkeys(k for row in rows for k, _ in row.cell.labels))
+  buffer = io.StringIO()
+  writer = csv.writer(buffer, lineterminator="\n")
+  writer.writerow(["table", *columns, "protocol", "n", "planned", "mean", "std", "paper", "accuracies", "mean_wall_s"])
+  for row in rows:
+    labels = dict(row.cell.labels)
+    writer.writerow(
+      [row.cell.table, *(labels.get(c, "") for c in columns), row.protocol, row.n, row.planned]
+      + [f"{row.mean:.4f}" if row.n else "", f"{row.std:.4f}" if row.n > 1 else ""]
+      + ["" if row.cell.paper is None else row.cell.paper, ";".join(f"{a:.4f}" for a in row.accuracies)]
+      + [f"{np.mean(row.wall_seconds):.1f}" if row.n else ""]
+    )
+  return buffer.getvalue()
+
+
+def write_results(
+  sweep: Sweep,
+  workdir: str | Path,
+  planned: Mapping[str, PlannedRun] | None = None,
+  *,
+  print_fn: Callable[[str], None] = print,
+) -> list[Row]:
+  """results.md, results.csv and the sweep's plots in `workdir`; returns the rows. A finished run without its
+  protocol's value is left out of its row and named (`unscored_line`) to `print_fn` and in results.md."""
+  workdir = Path(workdir)
+  planned = plan(sweep.runs) if planned is None else planned
+  rows = aggregate(sweep, workdir, planned)
+  for row in rows:
+    for key, seed in row.unscored:
+      print_fn(unscored_line(key, row.cell, seed, row.protocol))
+  results = [r for r in (read_result(workdir / "runs" / key) for key in planned) if r is not None]
+  (workdir / "results.md").write_text(results_markdown(sweep, rows, [r["wall_seconds"] for r in results]))
+  (workdir / "results.csv").write_text(results_csv(rows))
+  if sweep.plot is not None:
+    sweep.plot(rows, workdir)
+  return rows
+
+
+def result_line(planned: PlannedRun, summary: dict) -> str:
+  protocol = planned.runs[0].protocol
+  value = summary_value(summary, protocol)
+  return "no test result" if value is None else f"{PROTOCOL_METRIC[protocol]} {value:.1f}"

@@ -1,0 +1,218 @@
+"""`run_sweep`: trains a sweep's unfinished runs (inline or one child process each), then aggregates."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from experiments.engine.aggregate import result_line, write_results
+from experiments.engine.lock import claim_run, sweep_lock
+from experiments.engine.records import RESULT_FILE, write_record
+from experiments.engine.spec import PlannedRun, Sweep, config_hash, plan, select
+from primal_jax.launch import host_allocator
+from primal_jax.training.workdir_lock import lock_holder
+
+CHILD_MODULE = "primal_jax.cli.train"  # what `python -m experiments.main` runs
+
+
+def _prepare_run_dir(run_dir: Path, config, log) -> None:
+  """An unfinished run without per-evaluation checkpoints restarts in an empty workdir (see module doc)."""
+  if run_dir.exists() and not config.get("checkpoint_on_eval", True):
+    log(f"  {run_dir.name}: unfinished and not resumable (checkpoint_on_eval=False); restarting from scratch")
+    shutil.rmtree(run_dir)
+  run_dir.mkdir(parents=True, exist_ok=True)
+
+
+# On Linux the child first asks for a SIGTERM when the sweep process dies (prctl PR_SET_PDEATHSIG = 1),
+# so killing the sweep never leaves an orphan training in a run directory that a restarted sweep reuses:
+# the SIGTERM makes it save and exit. Done after exec, in the child, because a `preexec_fn` would run
+# Python between fork and exec of a multithreaded (JAX) process.
+_CHILD_CODE = (
+  "import ctypes, runpy, signal; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+  f"runpy.run_module({CHILD_MODULE!r}, run_name='__main__', alter_sys=True)"
+)
+
+
+def _follow(path: Path, offset: int, proc: subprocess.Popen, log) -> None:
+  """Passes the complete lines appended to `path` after `offset` to `log` until `proc` exits."""
+  with open(path, errors="replace") as f:
+    f.seek(offset)
+    pending = ""
+    while True:
+      exited = proc.poll() is not None
+      pending += f.read()
+      *lines, pending = pending.split("\n")
+      for line in lines:
+        log(f"  | {line}")
+      if exited:
+        break
+      time.sleep(0.1)
+    if pending:
+      log(f"  | {pending}")
+
+
+def _run_subprocess(planned: PlannedRun, run_dir: Path, cache_dir: Path | None, log, echo: bool) -> dict:
+  """Train in `python -m primal_jax.cli.train` (what experiments.main runs).
+
+  The child writes straight to `train.log` (not through a pipe), so it can still save and exit cleanly
+  when the sweep process dies; `echo` follows that file.
+  """
+  start = ["-c", _CHILD_CODE] if sys.platform.startswith("linux") else ["-m", CHILD_MODULE]
+  command = [sys.executable, *start, *planned.flags(run_dir)]
+  # tcmalloc preloaded here where installed (--allocator=auto's choice), so no child re-executes itself
+  env = host_allocator.auto_environment({**os.environ, "PYTHONUNBUFFERED": "1"})
+  if cache_dir is not None:
+    env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+  log_path = run_dir / "train.log"
+  with open(log_path, "ab") as out:
+    offset = out.tell()
+    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+  log(f"  {planned.key}: pid {proc.pid}")
+  if echo:
+    _follow(log_path, offset, proc, log)
+  code = proc.wait()
+  if code == 143:
+    return {"preempted": True}
+  if code != 0:
+    raise RuntimeError(f"exit status {code}; see {run_dir / 'train.log'}")
+  saved = json.loads((run_dir / "config.json").read_text())
+  if config_hash(saved) != planned.key:  # an override that did not survive the flag round trip
+    raise RuntimeError(f"the child's config.json hashes to {config_hash(saved)}, not {planned.key}")
+  return json.loads((run_dir / "summary.json").read_text())
+
+
+def _run_inline(planned: PlannedRun, run_dir: Path, log, echo: bool) -> dict:
+  from primal_jax.training.loop import train_and_evaluate
+
+  with open(run_dir / "train.log", "a") as logfile:
+
+    def print_fn(line: str) -> None:
+      logfile.write(line + "\n")
+      logfile.flush()
+      if echo:
+        log(f"  | {line}")
+
+    return train_and_evaluate(planned.config, run_dir, print_fn=print_fn)
+
+
+def run_sweep(
+  sweep: Sweep,
+  workdir: str | Path,
+  *,
+  mode: str = "inline",
+  only: Sequence[str] | None = None,
+  shard: tuple[int, int] = (0, 1),
+  compilation_cache: bool = True,
+  echo: bool = False,
+  print_fn: Callable[[str], None] = print,
+) -> dict:
+  """Runs every unfinished run of `sweep` (of the tables in `only`), then aggregates.
+
+  Args:
+    mode: "inline" (sequentially in this process) or "subprocess" (one process per run);
+      "aggregate" runs nothing and only rewrites the tables.
+    shard: (index, count): run only every count-th planned run, starting at index, so that count processes
+      (an array job, several accelerators) share one sweep without touching the same run. Each takes its own
+      lock; each rewrites the tables from the runs finished so far, so aggregate once all have ended.
+    compilation_cache: subprocess mode points the children's JAX persistent compilation cache at
+      `<workdir>/jax_cache` (inline mode: the caller sets `jax_compilation_cache_dir`, a process setting).
+    echo: pass every line of every run's output to `print_fn` (always in `runs/<hash>/train.log`).
+
+  Returns:
+    {"ran": [keys], "skipped": [keys], "busy": {key: holder}, "failed": {key: error}, "preempted": bool,
+    "rows": [Row]}. A failed run is reported and the sweep goes on; a SIGTERM stops it after saving the run in
+    progress. A run in use by another process (another sweep's claim, or a live `run.lock`) is "busy": left
+    alone, never deleted or reset.
+  """
+  if mode not in ("inline", "subprocess", "aggregate"):
+    raise ValueError(f"mode must be inline, subprocess or aggregate, got {mode!r}")
+  workdir = Path(workdir)
+  (workdir / "runs").mkdir(parents=True, exist_ok=True)
+  planned_runs = plan(sweep.runs)
+  index, count = shard
+  if not (isinstance(count, int) and isinstance(index, int) and count >= 1 and 0 <= index < count):
+    raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
+  todo = select(planned_runs, only)[index::count]
+  report = {"ran": [], "skipped": [], "busy": {}, "failed": {}, "preempted": False}
+  with sweep_lock(workdir, index, count):
+    for i, planned in enumerate(todo if mode != "aggregate" else []):
+      run_dir = workdir / "runs" / planned.key
+      if (run_dir / RESULT_FILE).exists():
+        report["skipped"].append(planned.key)
+        continue
+      with claim_run(workdir, planned.key) as holder:
+        if holder is not None:
+          _busy(report, planned.key, f"another sweep is working on it ({holder})", print_fn)
+          continue
+        _run_claimed(
+          planned, f"run {i + 1}/{len(todo)}", workdir, run_dir, mode, compilation_cache, echo, report, print_fn
+        )
+      if report["preempted"]:
+        break
+  report["rows"] = write_results(sweep, workdir, planned_runs, print_fn=print_fn)
+  return report
+
+
+def _busy(report: dict, key: str, why: str, print_fn: Callable[[str], None]) -> None:
+  report["busy"][key] = why
+  print_fn(f"  {key}: skipped, in use: {why}; a sweep never deletes or resets a run that a live process holds")
+
+
+def _run_claimed(
+  planned: PlannedRun,
+  heading: str,
+  workdir: Path,
+  run_dir: Path,
+  mode: str,
+  compilation_cache: bool,
+  echo: bool,
+  report: dict,
+  print_fn: Callable[[str], None],
+) -> None:
+  """Trains one run that this process has claimed (`run_sweep`), recording the outcome in `report`."""
+  if (run_dir / RESULT_FILE).exists():  # another sweep finished it after this one looked
+    report["skipped"].append(planned.key)
+    return
+  if (holder := lock_holder(run_dir)) is not None:  # a training process (not a sweep's) holds the run itself
+    _busy(report, planned.key, f"its run.lock is held by {holder}", print_fn)
+    return
+  labels = "; ".join(f"{r.cell.table} {dict(r.cell.labels)} seed {r.seed} {r.protocol}" for r in planned.runs)
+  print_fn(f"{heading} {planned.key}: {labels}")
+  _prepare_run_dir(run_dir, planned.config, print_fn)
+  start = time.monotonic()
+  try:
+    if mode == "inline":
+      summary = _run_inline(planned, run_dir, print_fn, echo)
+    else:
+      cache = workdir / "jax_cache" if compilation_cache else None
+      summary = _run_subprocess(planned, run_dir, cache, print_fn, echo)
+  except Exception as err:  # one broken run must not cost the rest of the grid
+    report["failed"][planned.key] = f"{type(err).__name__}: {err}"
+    print_fn(f"  {planned.key} FAILED: {type(err).__name__}: {err}")
+    return
+  if summary.get("preempted"):
+    report["preempted"] = True
+    print_fn(f"  {planned.key}: terminated; rerun the sweep to continue")
+    return
+  wall = time.monotonic() - start
+  write_record(
+    run_dir / RESULT_FILE,
+    {
+      "key": planned.key,
+      "wall_seconds": wall,
+      "mode": mode,
+      "command": planned.command,
+      "runs": [{"cell": dataclasses.asdict(r.cell), "seed": r.seed, "protocol": r.protocol} for r in planned.runs],
+      "summary": summary,
+      "config": planned.config.to_dict(),
+    },
+  )
+  report["ran"].append(planned.key)
+  print_fn(f"  done in {wall:.0f}s: " + result_line(planned, summary))

@@ -1,0 +1,159 @@
+"""The decoding benchmark's records (benchmarks/decoding.py, `decoding.json`) as Markdown: milliseconds per token,
+state and temporaries against the KV cache, and where a record has them the roofline, prefill, end-to-end and
+batch-scaling sections; also the docs table `decoding:<dir>`.
+
+A decoding result with a roofline has in its meta the bandwidth (`bandwidth_bytes_per_s`, the better of the in-place
+triads measured before and after the grid) and the matmul peak; every record its `bytes_per_step`, `bound_ms` (those
+bytes at that bandwidth) and `bound_fraction` (bound / measured). Optional lists: `prefill`, `e2e` and `scaling`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from experiments.tables.common import BENCHMARK_RESULTS
+from experiments.tables.efficiency import MIB, load_results, ratio_table, scaling_slopes
+from primal_jax import markdown
+
+
+def results_markdown(results: dict) -> str:
+  """Every table of a decoding result."""
+  meta = results["meta"]
+  parts = [
+    f"Milliseconds per decoded token (ratio to the KV cache), median of {meta['config']['repeats']} interleaved "
+    f"repeats of {meta['config']['steps']} steps; {meta['devices']}, {meta['date']}; `{meta['command']}`"
+  ]
+  tables = (
+    ("ms_per_token", "Milliseconds per decoded token", 1.0),
+    ("state_bytes", "Decoding state (MiB)", MIB),
+    ("xla_temp_bytes", "XLA temporaries of the compiled step (MiB)", MIB),
+  )
+  for batch in dict.fromkeys(r["batch"] for r in results["records"]):  # tables per batch size, a row per model
+    records = [{**r, "variant": r["model"]} for r in results["records"] if r["batch"] == batch]
+    for path, title, scale in tables:
+      table = ratio_table(records, path, reference="softmax_kv_cache", scale=scale, digits=3)
+      parts.append(f"{title}, batch {batch}:\n\n{table}")
+  if "bandwidth_bytes_per_s" in meta:  # records with a roofline (older ones have none)
+    parts += roofline_sections(results)
+  return "\n\n".join(parts) + "\n"
+
+
+def _per_batch(records):
+  batches = dict.fromkeys(r["batch"] for r in records)
+  return {b: [r for r in records if r["batch"] == b] for b in batches}
+
+
+def roofline_table(records) -> str:
+  """A row per model, a column per context: % of the bandwidth bound (bound ms / measured ms), and the slope of the
+  measured time."""
+  lengths = sorted({r["seq_len"] for r in records})
+  models = list(dict.fromkeys(r["model"] for r in records))
+  cell = {(r["model"], r["seq_len"]): r for r in records}
+  slopes = scaling_slopes([{**r, "variant": r["model"]} for r in records], "ms_per_token")
+  rows = []
+  for model in models:
+    row = [model]
+    for n in lengths:
+      r = cell.get((model, n))
+      row.append(
+        "-" if r is None else f"{100 * r['bound_fraction']:.0f}% ({r['bound_ms']:.2f} / {r['ms_per_token']:.2f})"
+      )
+    slope = slopes.get(model)
+    row.append("-" if slope is None else f"{slope:.2f}")
+    rows.append(row)
+  return markdown.table(["model", *(f"N={n}" for n in lengths), "slope of ms"], rows)
+
+
+def read_table(records) -> str:
+  """MiB one step must read (weights + state) per model and context."""
+  lengths = sorted({r["seq_len"] for r in records})
+  models = list(dict.fromkeys(r["model"] for r in records))
+  cell = {(r["model"], r["seq_len"]): r for r in records}
+  rows = []
+  for model in models:
+    values = [cell.get((model, n)) for n in lengths]
+    weights = next(r["weight_bytes"] for r in values if r)
+    rows.append(
+      [model, f"{weights / MIB:.2f}"] + ["-" if r is None else f"{r['bytes_per_step'] / MIB:,.1f}" for r in values]
+    )
+  return markdown.table(["model", "weights read (MiB)", *(f"N={n}" for n in lengths)], rows)
+
+
+def roofline_sections(results: Mapping) -> list[str]:
+  """The Markdown sections of a result's roofline, prefill, end-to-end and batch-scaling data."""
+  meta = results["meta"]
+  bandwidth = meta["bandwidth_bytes_per_s"] / 1e9
+  peak = meta["matmul_peak"]
+  parts = [
+    f"Roofline: {meta['device_kind']} ({meta['platform']}), commit {(meta.get('git_commit') or '?')[:12]}; "
+    f"memory bandwidth {bandwidth:.1f} GB/s (in-place triad, the better of "
+    f"{', '.join(f'{b / 1e9:.1f}' for b in meta['bandwidth_start_end'])} GB/s measured before and after), matmul "
+    f"peak {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']}); softmax impl "
+    f"`{meta['softmax_impl']}`. A step must read the weights it multiplies by and its whole decoding state (a "
+    "softmax layer reads its max_len cache under a mask)."
+  ]
+  for batch, records in _per_batch(results["records"]).items():
+    parts.append(f"MiB one decode step must read, batch {batch}:\n\n{read_table(records)}")
+    parts.append(
+      f"Fraction of the bandwidth bound reached (bound ms / measured ms per token), batch {batch}:\n\n"
+      f"{roofline_table(records)}"
+    )
+  if results.get("prefill"):
+    rows = [
+      [
+        p["model"],
+        f"{p['tokens']:,}",
+        str(p["chunk"]),
+        f"{p['seconds']:.3f}",
+        f"{p['tokens'] / p['seconds']:,.0f}",
+        f"{p['flops'] / 1e9:.2f}",
+        f"{p['flops'] / p['seconds'] / 1e9:.1f}",
+        f"{100 * p['flops'] / p['seconds'] / peak['flops_per_s']:.0f}%",
+      ]  # fmt: skip
+      for p in results["prefill"]
+    ]
+    header = ["model", "tokens", "chunk", "seconds", "tokens/s", "GFLOP (XLA)", "GFLOP/s", "% of matmul peak"]
+    parts.append(f"Chunked prefill, batch 1:\n\n{markdown.table(header, rows)}")
+  if results.get("e2e"):
+    rows = [
+      [
+        e["model"],
+        f"{e['prompt']:,}",
+        str(e["new_tokens"]),
+        str(e["batch"]),
+        f"{e['seconds']:.2f}",
+        f"{e['batch'] * e['new_tokens'] / e['seconds']:,.1f}",
+      ]  # fmt: skip
+      for e in results["e2e"]
+    ]
+    header = ["model", "prompt", "new tokens", "batch", "seconds", "new tokens/s"]
+    parts.append(f"End-to-end `generation.generate` (greedy; prefill included):\n\n{markdown.table(header, rows)}")
+  if results.get("scaling"):
+    batches = sorted({s["batch"] for s in results["scaling"]})
+    cell = {(s["model"], s["batch"]): s for s in results["scaling"]}
+    rows = []
+    for model in dict.fromkeys(s["model"] for s in results["scaling"]):
+      base = cell.get((model, batches[0]))
+      row = [model]
+      for b in batches:
+        s = cell.get((model, b))
+        if s is None:
+          row.append("-")
+          continue
+        rate = b / (s["ms_per_token"] / 1e3)
+        ratio = f" ({rate / (batches[0] / (base['ms_per_token'] / 1e3)):.1f}x)" if base else ""
+        row.append(f"{rate:,.0f}{ratio}")
+      rows.append(row)
+    context = results["scaling"][0]["seq_len"]
+    parts.append(
+      f"Tokens/s against the batch size at context {context:,} (ratio to batch {batches[0]}):\n\n"
+      + markdown.table(["model", *(f"B={b}" for b in batches)], rows)
+    )
+  return parts
+
+
+def docs_table(name: str, base: Path) -> str:
+  """The docs table `decoding:<dir>`: the tables of benchmarks/results/<dir>/decoding.json."""
+  del base  # no links to place
+  return results_markdown(load_results(BENCHMARK_RESULTS / name / "decoding.json")).strip()

@@ -1,0 +1,222 @@
+"""The docs tables of the UEA sweep (experiments/results/uea/runs/*/result.json), the LRA records
+(experiments/results/lra*/), the spectra (experiments/results/spectrum_<name>/) and the LRA parameter counts
+(from the model code, `experiments.lra_params`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from experiments.tables import common
+from experiments.tables.common import link, minutes, pct
+from experiments.tables.sweeps import mean_std
+from primal_jax import markdown
+from primal_jax.atomic_files import read_json
+
+# Paper Table 2 (LRA test accuracy, %): task -> model -> accuracy. Image is CIFAR-10 there.
+PAPER_TABLE2 = {
+  "listops": {"softmax": 37.1, "primalformer": 37.3, "primal_plus": 37.3},
+  "text": {"softmax": 65.0, "primalformer": 61.2, "primal_plus": 65.4},
+  "retrieval": {"softmax": 79.4, "primalformer": 77.8, "primal_plus": 81.0},
+  "image": {"softmax": 38.2, "primalformer": 43.0, "primal_plus": 43.9},
+  "pathfinder": {"softmax": 74.2, "primalformer": 68.3, "primal_plus": 74.3},
+}
+MODEL_NAMES = {"softmax": "Trans. (softmax)", "primalformer": "PrimalFormer", "primal_plus": "Primal.+Trans."}
+# --- UEA (the sweep's run records)
+
+
+def _uea_rows():
+  from experiments.engine.aggregate import stored_rows
+
+  rows = stored_rows(common.RESULTS / "uea")
+  if not rows:
+    raise ValueError(f"no finished runs in {common.RESULTS / 'uea' / 'runs'}")
+  return {(row.cell.table, row.cell.labels, row.protocol): row for row in rows}
+
+
+def _uea_table(cells: Sequence[tuple[str, tuple, str]], columns: Sequence[str], paper: bool = True) -> str:
+  rows = _uea_rows()
+  body = []
+  for table, labels, title in cells:
+    release, honest = rows.get((table, labels, "release")), rows.get((table, labels, "honest"))
+    if release is None and honest is None:
+      raise ValueError(f"no UEA runs for {table} {labels}")
+    cell = (release or honest).cell
+    paper_cell = ["-" if cell.paper is None else f"{cell.paper:.1f}"] if paper else []
+    body.append([*title.split(" | "), *paper_cell, mean_std(release), mean_std(honest)])
+  protocols = ["ours, release protocol", "ours, honest protocol"]
+  header = [*columns, *(["paper"] if paper else []), *protocols]
+  return markdown.table(header, body, numeric_from=len(columns))
+
+
+def uea_main(base: Path) -> str:
+  jv = ("dataset", "JapaneseVowels")
+  cells = [
+    ("table1", (jv, ("model", "Trans.")), "Trans. (softmax)"),
+    ("table1", (jv, ("model", "PrimalFormer")), "PrimalFormer"),
+    ("table1", (jv, ("model", "Primal.+Trans.")), "Primal.+Trans. (data-dependent W_e, W_r)"),
+    ("table8", (("model", "Primal.+Trans."), ("data-dependent", "no")), "Primal.+Trans., data-independent W_e, W_r"),
+  ]
+  return _uea_table(cells, ["JapaneseVowels"])
+
+
+def uea_table6(base: Path) -> str:
+  rows = _uea_rows()
+  cells = sorted({labels for table, labels, _ in rows if table == "table6"}, key=lambda ls: [float(v) for _, v in ls])
+  return _uea_table([("table6", labels, " | ".join(v for _, v in labels)) for labels in cells], ["s", "eta"])
+
+
+def uea_basicmotions(base: Path) -> str:
+  models = ("Trans.", "PrimalFormer", "Primal.+Trans.")
+  cells = [("basicmotions", (("dataset", "BasicMotions"), ("model", m)), m) for m in models]
+  return _uea_table(cells, ["BasicMotions"], paper=False)
+
+
+# --- LRA
+
+
+def _load(path: Path) -> dict:
+  return read_json(path, "a result record")
+
+
+def _seed(command: str) -> int:
+  found = re.search(r"--config\.seed=(\d+)", command)
+  return int(found.group(1)) if found else 0
+
+
+def _at(entry: dict, key: str = "accuracy") -> str:
+  return f"{pct(entry[key])} (step {entry['step']:,})"
+
+
+def listops_paper(base: Path) -> str:
+  files = sorted((common.RESULTS / "lra").glob("listops_primalformer_paper_schedule*.json"))
+  body = []
+  for path in sorted(files, key=lambda p: _seed(_load(p)["command"])):
+    record = _load(path)
+    wall = minutes(record["wall_s"]) if "wall_s" in record else "-"
+    body.append(
+      [
+        link(path, base, f"seed {_seed(record['command'])}"),
+        _at(record["test_at_best_validation"]),
+        _at(record["final"], "test_accuracy"),
+        _at(record["best_test"]),
+        wall,
+        f"{record['paper_test_accuracy']:.1f}",
+      ]
+    )
+  header = ["run", "test at best validation", "test after the last step", "best test (picked on test)", "wall time"]
+  return markdown.table([*header, "paper"], body)
+
+
+def listops_paper_evaluations(base: Path) -> str:
+  records = sorted(
+    (_load(p) for p in (common.RESULTS / "lra").glob("listops_primalformer_paper_schedule*.json")),
+    key=lambda r: _seed(r["command"]),
+  )
+  steps = sorted({e["step"] for r in records for e in r["evaluations"]})
+  body = []
+  for step in steps:
+    row = [f"{step:,}"]
+    for record in records:
+      entry = next((e for e in record["evaluations"] if e["step"] == step), None)
+      row.append("-" if entry is None else f"{pct(entry['validation/accuracy'])} / {pct(entry['test/accuracy'])}")
+    body.append(row)
+  return markdown.table(["step", *(f"seed {_seed(r['command'])}: validation / test" for r in records)], body)
+
+
+def _task(record: dict) -> str:
+  return record["task"].removeprefix("lra_")  # records name the data task ("lra_image") or the LRA task
+
+
+def _data_label(task: str, data: dict) -> str:
+  if task == "image":
+    return {"fashion_mnist": "Fashion-MNIST"}.get(data.get("dataset"), str(data.get("dataset")))
+  if task == "pathfinder":
+    parts = [f"{data.get('difficulty', '?')} level"]
+    if data.get("contour_length"):
+      parts.append(f"{data['contour_length']}-dash paths")
+    if data.get("num_distractors") == 0:
+      parts.append("no distractors")
+    return ", ".join(parts)
+  return f"generated, {data['num_train']:,} train" if "num_train" in data else "generated"
+
+
+def _training_row(path: Path, base: Path, record: dict) -> list[str]:
+  schedule = record["schedule"]
+  model = MODEL_NAMES.get(record["model"], record["model"])
+  if record["model"] != "softmax":
+    model += f", eta = {record['eta']:g}"
+  return [
+    link(path, base, path.stem),
+    _task(record),
+    model,
+    _data_label(_task(record), record["data"]),
+    f"{record['steps']:,} x {schedule['batch_size']}, lr {schedule['learning_rate']:g}",
+    _at(record["test_at_best_validation"]),
+    minutes(record["wall_s"]),
+  ]
+
+
+def lra_short(base: Path) -> str:
+  body = []
+  for path in sorted((common.RESULTS / "lra_short").glob("*.json")):
+    record = _load(path)
+    paper = PAPER_TABLE2.get(_task(record), {}).get(record["model"])
+    body.append([*_training_row(path, base, record), "-" if paper is None else f"{paper:.1f}"])
+  header = ["record", "task", "model", "data", "steps x batch, lr", "test at best validation", "wall time", "paper"]
+  return markdown.table(header, body, numeric_from=5)
+
+
+def pathfinder_trials(base: Path) -> str:
+  body = []
+  for path in sorted((common.RESULTS / "lra_short" / "pathfinder_trials").glob("*.json")):
+    record = _load(path)
+    if "history" in record:  # experiments.pathfinder_learnability: a conv net, tested every 100 steps
+      geometry = record["geometry"]
+      data = _data_label("pathfinder", {"difficulty": "easy", **geometry})
+      last = record["history"][-1]
+      body.append(
+        [
+          link(path, base, path.stem),
+          "pathfinder",
+          "conv net",
+          data,
+          f"{record['steps']:,} x {record['batch_size']}, lr {record['learning_rate']:g}",
+          f"{pct(last['test_accuracy'])} (step {last['step']:,}, last)",
+          minutes(record["data_s"] + record["train_s"]),
+        ]
+      )
+    else:
+      body.append(_training_row(path, base, record))
+  header = ["record", "task", "model", "data", "steps x batch, lr", "test accuracy", "wall time"]
+  return markdown.table(header, body, numeric_from=5)
+
+
+def lra_params(base: Path) -> str:
+  from experiments import lra_params as params
+
+  return params.table()
+
+
+def spectrum(name: str, base: Path) -> str:
+  path = common.RESULTS / f"spectrum_{name}" / "spectrum.json"
+  record = _load(path)
+  blocks = sorted({re.search(r"block_(\d+)", layer["name"]).group(1) for r in record["runs"] for layer in r["layers"]})
+  body = []
+  for run in record["runs"]:
+    by_block = {re.search(r"block_(\d+)", layer["name"]).group(1): layer for layer in run["layers"]}
+    row = [run["label"], f"{run['step']:,}"]
+    for block in blocks:
+      stats = by_block[block]["stats"] if block in by_block else None
+      row.append(
+        "-" if stats is None else f"{stats['components_90']['mean']:.2f} / {stats['components_99']['mean']:.2f}"
+      )
+    body.append(row)
+  length = record["runs"][0]["layers"][0]["length"]["mean"]
+  header = ["run", "step", *(f"block {b}: 90% / 99%" for b in blocks)]
+  caption = (
+    f"Components for 90% / 99% of the energy, mean over {record['num_examples']} {record['split']} sequences "
+    f"(mean length {length:,.1f}); {link(path, base, 'spectrum.json')}."
+  )
+  return markdown.table(header, body, numeric_from=1) + "\n\n" + caption

@@ -1,0 +1,161 @@
+"""The docs tables that restate a sweep's run records (experiments/results/<family>/sweep/runs/*/result.json).
+
+`experiments.docs_tables` renders them under the names `d4rl:<table>`, `vit:<table>` and `lm:<table>`; each
+reads the finished runs' own records (`experiments.engine.aggregate.stored_rows`), so a table survives changes of
+the sweep file or the configs, and a run still in progress is simply not counted yet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from experiments.tables import common
+from experiments.tables.common import minutes
+from primal_jax import markdown
+from primal_jax.atomic_files import DamagedFileError, read_json
+
+
+def mean_std(row, digits: int = 1, full: int = 3) -> str:
+  """'mean ± std' over the row's seeds, '(n = k)' when fewer than `full` finished."""
+  if row is None or not row.n:
+    return "-"
+  text = f"{row.mean:.{digits}f}" if row.n < 2 else f"{row.mean:.{digits}f} ± {row.std:.{digits}f}"
+  return text if row.n == full else f"{text} (n = {row.n})"
+
+
+def _per_run(row) -> str:
+  """Mean wall time per counted run; '-' when no run of the row counts (each lacks the protocol's value)."""
+  return minutes(sum(row.wall_seconds) / row.n) if row.n else "-"
+
+
+def _rows(family: str, table: str, order: Sequence[str] = ()) -> list:
+  from experiments.engine.aggregate import stored_rows
+
+  folder = common.RESULTS / family / "sweep"
+  rows = [row for row in stored_rows(folder) if row.cell.table == table]
+  if not rows:
+    raise ValueError(f"no finished runs of table {table!r} in {folder / 'runs'}")
+  rank = {name: i for i, name in enumerate(order)}
+  return sorted(rows, key=lambda row: rank.get(dict(row.cell.labels).get("model"), len(rank)))
+
+
+def _setting(labels: dict, skip: Sequence[str], default: str = "-") -> str:
+  return ", ".join(f"{k} {v}" for k, v in labels.items() if k not in skip) or default
+
+
+def run_device(run_dir: Path) -> str:
+  """The accelerator a run trained on: its summary's `devices` (recorded since 2026-11-26), else the
+  `provenance.json` written beside runs made in a lent device call before that, else this project's 2-core CPU
+  (where every earlier run was made)."""
+  for name in ("summary.json", "provenance.json"):
+    path = run_dir / name
+    if path.exists() and (devices := read_json(path, "a run's record").get("devices")):
+      return "CPU" if devices["platform"] == "cpu" else devices["kind"].removeprefix("NVIDIA ")
+  return "CPU"
+
+
+def ran_on(family: str, row) -> str:
+  """'CPU', 'H200' or 'CPU 1, H200 2': where the row's seeds ran (wall times differ by machine)."""
+  counts: dict[str, int] = {}
+  for key in row.keys:
+    device = run_device(common.RESULTS / family / "sweep" / "runs" / key)
+    counts[device] = counts.get(device, 0) + 1
+  if not counts:  # no run of the row counts
+    return "-"
+  return next(iter(counts)) if len(counts) == 1 else ", ".join(f"{d} {n}" for d, n in sorted(counts.items()))
+
+
+def _paper(row) -> str:
+  return "-" if row.cell.paper is None else f"{row.cell.paper:.1f}"
+
+
+def d4rl_sweep(table: str, base: Path) -> str:
+  """One offline-RL table: the paper's score (D4RL data), ours (embedded data) and the dataset's own score."""
+  datasets = read_json(common.RESULTS / "d4rl" / "datasets.json", "the datasets' record")
+  body = []
+  for row in sorted(_rows("d4rl", table), key=lambda row: row.cell.labels):
+    labels = dict(row.cell.labels)
+    data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
+    setting = _setting(labels, ("env", "dataset", "model"), default="release")
+    body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
+    body[-1] += [_paper(row), mean_std(row), _per_run(row), ran_on("d4rl", row)]
+  header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
+  return markdown.table(header + ["ran on"], body, numeric_from=4)
+
+
+def vit_sweep(table: str, base: Path) -> str:
+  """One vision table: top-1 test accuracy (%) on Fashion-MNIST beside the paper's ImageNet-100 top-1."""
+  body = []
+  for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
+    labels = dict(row.cell.labels)
+    body.append([labels["model"], _setting(labels, ("dataset", "model")), _paper(row), mean_std(row)])
+    body[-1] += [_per_run(row), ran_on("vit", row)]
+  header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run", "ran on"]
+  return markdown.table(header, body, numeric_from=2)
+
+
+def training_tokens_per_second(run_dir: Path) -> float:
+  """Median training throughput of a run in tokens per second, from its metrics.jsonl and config.json.
+
+  Uses the intervals between consecutive logged training steps, leaving out the first (it includes
+  compilation) and any interval with an evaluation in it; tokens per step = batch_size * seq_len.
+  """
+  config = read_json(run_dir / "config.json", "a run's config")
+  tokens_per_step = int(config["data"]["batch_size"]) * int(config["data"]["seq_len"])
+  records = []
+  for number, line in enumerate((run_dir / "metrics.jsonl").read_text().splitlines(), 1):
+    try:
+      records += [json.loads(line)] if line.strip() else []
+    except json.JSONDecodeError as err:
+      raise DamagedFileError(f"{run_dir / 'metrics.jsonl'}, line {number}, is damaged ({err})") from None
+  rates, previous = [], None
+  for record in records:
+    if record["prefix"] != "train":
+      previous = None  # an evaluation ran since the previous training record
+      continue
+    if previous is not None and record["step"] > previous["step"]:
+      seconds = record["wall_time"] - previous["wall_time"]
+      rates.append((record["step"] - previous["step"]) * tokens_per_step / seconds)
+    previous = record
+  if len(rates) < 2:
+    raise ValueError(f"{run_dir / 'metrics.jsonl'}: too few logged training intervals for a throughput")
+  return float(np.median(rates[1:]))
+
+
+def lm_sweep(table: str, base: Path) -> str:
+  """One language-modelling table: test bits per byte beside the release's WikiText-103 test perplexity (word
+  level, a different scale: direction only). The runs' own throughput is not shown: they ran on different
+  machines beside other jobs (`lm_throughput` measures it side by side)."""
+  body = []
+  from experiments.sweeps.lm import MODELS
+
+  for row in _rows("lm", table, [label for label, _, _ in MODELS]):
+    labels = dict(row.cell.labels)
+    body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
+    body[-1] += [_per_run(row), ran_on("lm", row)]
+  header = ["model", "setting", "paper (WikiText-103 ppl)", "ours (test bits/byte)", "time/run", "ran on"]
+  return markdown.table(header, body, numeric_from=2)
+
+
+def lm_throughput(name: str, base: Path) -> str:
+  """Training tokens/s of the LM models measured one after another on one machine, nothing else running:
+  `experiments/results/lm/<name>/<model>/` are short runs of the same config (see docs/results.md)."""
+  from experiments.sweeps.lm import MODELS
+
+  folder = common.RESULTS / "lm" / name
+  body, reference = [], None
+  for label, model, _ in MODELS:
+    run_dir = folder / model
+    if not (run_dir / "metrics.jsonl").exists():
+      continue
+    rate = training_tokens_per_second(run_dir)
+    reference = reference or rate
+    summary = read_json(run_dir / "summary.json", "a run's summary")
+    body.append([label, f"{rate:,.0f}", f"{rate / reference:.2f}", run_device(run_dir), summary["host_allocator"]])
+  if not body:
+    raise ValueError(f"no throughput runs in {folder}")
+  return markdown.table(["model", "train tokens/s", "vs softmax", "device", "allocator"], body)
