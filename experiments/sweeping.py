@@ -52,7 +52,7 @@ from primal_jax.atomic_files import read_json
 from primal_jax.errors import ConfigError
 from primal_jax.launch import host_allocator
 from primal_jax.training.config_args import load_config, load_module
-from primal_jax.training.workdir_lock import WorkdirLock, WorkdirLockedError, lock_holder
+from primal_jax.training.guards.workdir_lock import WorkdirLock, WorkdirLockedError, lock_holder
 
 # Overrides per protocol. "release": the release's (test evaluated at every epoch, the best reported).
 # "honest": model selected on a stratified 20% of train, test evaluated once on that state.
@@ -203,7 +203,7 @@ def load_sweep(spec: str | Path) -> Sweep:
 
 # Fields added to configs after runs of them were recorded, at the value that does what those runs did: at that
 # value they are left out of the hash, so the recorded runs keep their keys (and are not trained again).
-# `resume_step` and `accept_config_changes` steer one invocation (primal_jax.training.run_config.RUN_CONTROL).
+# `resume_step` and `accept_config_changes` steer one invocation (primal_jax.training.guards.run_config.RUN_CONTROL).
 HASH_NEUTRAL: Mapping[str, Any] = types.MappingProxyType(
   {"data.missing": "raise", "resume_step": -1, "accept_config_changes": "", "init_from_min_loaded": 0.5}
 )

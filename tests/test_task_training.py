@@ -21,7 +21,7 @@ from primal_jax.data.registry import registered_task
 from primal_jax.models import builders
 from primal_jax.models.blocks import TransformerStack
 from primal_jax.models.config import TransformerConfig
-from primal_jax.training.checkpoints import Checkpointer
+from primal_jax.training.checkpointing.checkpointer import Checkpointer
 from primal_jax.training.loop import train_and_evaluate
 from primal_jax.training.metrics import read_metrics
 

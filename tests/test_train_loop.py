@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from primal_jax.models.config import model_layers, stack_name
-from primal_jax.training.checkpoints import Checkpointer, CheckpointError
+from primal_jax.training.checkpointing.checkpointer import Checkpointer, CheckpointError
 from primal_jax.training.config_args import load_config
 from primal_jax.training.loop import TrainingError, evaluate, load_state, train_and_evaluate
 from primal_jax.training.metrics import read_metrics

@@ -26,7 +26,7 @@ from typing import Any
 
 import primal_jax.configs
 from primal_jax.errors import ConfigError, MissingFileError
-from primal_jax.training.run_config import add_run_controls
+from primal_jax.training.guards.run_config import add_run_controls
 
 CONFIG_PACKAGE = primal_jax.configs.__name__
 

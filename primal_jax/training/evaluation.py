@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from primal_jax.atomic_files import read_json, write_json_atomically
-from primal_jax.training.checkpoints import Checkpointer
+from primal_jax.training.checkpointing import Checkpointer
 from primal_jax.training.metrics import MetricWriter
 from primal_jax.training.objectives import Objective
 from primal_jax.training.sharding import global_batch
