@@ -56,7 +56,7 @@ from benchmarks import process_load
 from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.attention.softmax import SoftmaxAttention
 from primal_jax.launch import host_allocator
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 from primal_jax.training.config_args import load_config
 from primal_jax.training.optimizers import make_optimizer
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated

@@ -17,7 +17,7 @@ import numpy as np
 
 from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.attention.softmax import SoftmaxAttention
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 from primal_jax.training.config_args import load_config
 
 CONFIG = "lra"  # the packaged config, by name

@@ -14,7 +14,7 @@ pytest.importorskip("mujoco")
 pytest.importorskip("h5py")
 
 from experiments.sweeping import load_sweep, plan  # noqa: E402
-from primal_jax.models.builders import build_model  # noqa: E402
+from primal_jax.models.registry import build_model  # noqa: E402
 from primal_jax.rl.segments import RLDatasetInfo  # noqa: E402
 from primal_jax.training.config_args import load_config  # noqa: E402
 from primal_jax.training.loop import train_and_evaluate  # noqa: E402

@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 
 from primal_jax.data import registry
 from primal_jax.errors import ConfigError
+from primal_jax.models.registry import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERNAL = ("primal_jax", "experiments")  # the packages whose imports are followed
@@ -37,7 +38,9 @@ FAMILY_TASKS = {
   "vit": ("images",),
   "d4rl": ("d4rl",),
 }
-TRAINING_BINARY = ("experiments.main", "primal_jax.training.cli", "primal_jax.models.builders")
+# The binary builds any registered model family: its lazy entries' modules count as imported.
+MODEL_FAMILIES = tuple(sorted({MODELS.lazy_entry(name).module for name in MODELS if MODELS.lazy_entry(name)}))
+TRAINING_BINARY = ("experiments.main", "primal_jax.training.cli", "primal_jax.models.registry", *MODEL_FAMILIES)
 # Entry points besides the families: (modules, the extras that serve them). The console scripts must be here.
 ENTRY_POINTS = {
   "primal-train": (TRAINING_BINARY, ("train",)),

@@ -199,7 +199,7 @@ def test_diverging_loss_stops_with_the_step_and_last_checkpoint(data_dir, tmp_pa
 def test_config_arguments_are_checked():
   with pytest.raises(ValueError, match="unknown config argument 'bogus'"):
     load_config(f"{CONFIG}:bogus=1")
-  from primal_jax.models.builders import build_model
+  from primal_jax.models.registry import build_model
 
   info = types.SimpleNamespace(seq_len=29, num_classes=9)
   with pytest.raises(ValueError, match="model must be one of primalformer, primal_plus, primal, softmax"):

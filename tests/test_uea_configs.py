@@ -14,7 +14,7 @@ import pytest
 
 from primal_jax.configs import uea as UEA
 from primal_jax.data.uea_tfds import TABLE1_DATASETS
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 from primal_jax.training.config_args import load_config
 
 CONFIG = "uea"

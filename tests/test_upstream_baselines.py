@@ -21,7 +21,7 @@ import numpy_reference as ref
 import pytest
 
 from primal_jax.attention import get_attention
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 from primal_jax.training.config_args import load_config
 
 # Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.

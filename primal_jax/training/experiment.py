@@ -19,8 +19,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from primal_jax.data.registry import get_input_pipeline
-from primal_jax.models.builders import BuiltModel, build_model
 from primal_jax.models.config import stack_name
+from primal_jax.models.registry import BuiltModel, build_model
 from primal_jax.training.checkpointing import WORKDIR_SUBDIR, Checkpointer, resume_state, warm_start_state
 from primal_jax.training.evaluation import evaluate_split
 from primal_jax.training.guards import lock_workdir
@@ -106,9 +106,10 @@ def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainSt
   verified), the steps after it are moved to `<checkpoints>.set_aside/` (kept, never deleted). A damaged
   latest step is a CheckpointError naming the step and the file and offering the latest step that verifies.
 
-  `config.init_from_mode="matching"` fine-tunes from pretrained params of another model (`INIT_FROM_MODES`); a
-  module's `adapt_pretrained` (e.g. `VisionTransformer`'s position-embedding resize) adapts leaves of another shape,
-  its `keep_init_on_finetune(path)` names leaves to keep initialised (the release's fresh Primal query and key).
+  `config.init_from_mode="matching"` fine-tunes from pretrained params of another model (`INIT_FROM_MODES`); the
+  model's `BuiltModel.adapt_pretrained` (e.g. `VisionTransformer`'s position-embedding resize) adapts leaves of
+  another shape, its `keep_init_on_finetune(path)` names leaves to keep initialised (the release's fresh Primal
+  query and key).
   """
   config, built = experiment.config, experiment.built
   resumed = resume_state(ckpt, experiment.abstract, config.get("resume_step", -1))
@@ -119,8 +120,8 @@ def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainSt
     config,
     state,
     experiment.abstract.params,
-    adapt=getattr(built.module, "adapt_pretrained", None),
-    keep_init=getattr(built.module, "keep_init_on_finetune", None),
+    adapt=built.adapt_pretrained,
+    keep_init=built.keep_init_on_finetune,
     target=f"{config.model.name} {stack_name(config.model.layers)}, dim {config.model.get('dim', '?')}",
   )
 
