@@ -17,7 +17,7 @@ from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.attention.softmax import SoftmaxAttention
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.dotted import set_dotted
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 from primal_jax.training.optimizers import make_optimizer
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
 from primal_jax.training.state import abstract_state, init_state, make_init_fn

@@ -19,7 +19,7 @@ from primal_jax import markdown
 from primal_jax.attention.registry import ATTENTIONS
 from primal_jax.attention.softmax import SoftmaxAttention
 from primal_jax.cli.config_lookup import load_config
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 
 CONFIG = "lra"  # the packaged config, by name
 # Padded lengths of the LRA tasks as the paper reports them (Image: CIFAR-10's 1,024 pixels).

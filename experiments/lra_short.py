@@ -40,7 +40,7 @@ from primal_jax.atomic_files import read_json
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError
 from primal_jax.models.config import stack_name
-from primal_jax.training.run_config import differences, flatten, run_config
+from primal_jax.training.guards.run_config import differences, flatten, run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results" / "lra_short"

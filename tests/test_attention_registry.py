@@ -21,7 +21,7 @@ from primal_jax.attention import (
   unregister_attention,
 )
 from primal_jax.models import TransformerConfig
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 
 # Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
 pytestmark = pytest.mark.matmul_precision("highest")

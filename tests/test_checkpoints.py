@@ -1,4 +1,4 @@
-"""Tests of primal_jax.training.checkpoints on real orbax checkpoints in tmp_path.
+"""Tests of primal_jax.training.checkpointing.checkpointer on real orbax checkpoints in tmp_path.
 
 Covers: round trip of a realistic train state, retention (latest N plus the best), restoring onto
 other meshes, fingerprint mismatches, corrupt checkpoints (error, nothing touched, never collected),
@@ -27,13 +27,13 @@ from flax import struct
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
-from primal_jax.training.checkpoints import (
+from primal_jax.training.checkpointing.checkpointer import (
   Checkpointer,
   CheckpointError,
-  PreemptionGuard,
   restore_params,
   state_fingerprint,
 )
+from primal_jax.training.guards import PreemptionGuard
 
 
 @struct.dataclass

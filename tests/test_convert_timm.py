@@ -22,7 +22,7 @@ from flax import linen as nn
 from primal_jax.convert import cli
 from primal_jax.convert import timm as convert_timm
 from primal_jax.convert.vit import model_from_state_dict, nchw_to_nhwc
-from primal_jax.training.checkpoints import Checkpointer
+from primal_jax.training.checkpointing.checkpointer import Checkpointer
 
 # Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
 pytestmark = pytest.mark.matmul_precision("highest")

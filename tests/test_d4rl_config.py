@@ -15,7 +15,7 @@ pytest.importorskip("h5py")
 
 from experiments.engine.spec import load_sweep, plan  # noqa: E402
 from primal_jax.cli.config_lookup import load_config  # noqa: E402
-from primal_jax.models.builders import build_model  # noqa: E402
+from primal_jax.models.registry import build_model  # noqa: E402
 from primal_jax.tasks.offline_rl.input_pipeline import RLDatasetInfo  # noqa: E402
 from primal_jax.training.loop import train_and_evaluate  # noqa: E402
 

@@ -28,9 +28,9 @@ from flax import linen as nn
 from jax import export
 from train_utils import tiny_optimizer_config
 
-from primal_jax.models.builders import build_model
 from primal_jax.models.config import model_layers
 from primal_jax.models.lm import decode_step, init_cache
+from primal_jax.models.registry import build_model
 from primal_jax.training.experiment import Experiment
 from primal_jax.training.objectives import get_objective
 from primal_jax.training.optimizers import make_optimizer

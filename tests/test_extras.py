@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from primal_jax import tasks
 from primal_jax.data import registry
 from primal_jax.errors import ConfigError
+from primal_jax.models.registry import MODELS
 from primal_jax.registry import Lazy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,9 @@ INTERNAL = ("primal_jax", "experiments")  # the packages whose imports are follo
 # The families (primal_jax.tasks.FAMILIES, the one list) by config name, and their tasks' lazy entries.
 FAMILIES = {family.config: family for family in tasks.FAMILIES}
 BUILTIN_TASKS = {task: registry.TASKS.lazy_entry(task) for family in tasks.FAMILIES for task in family.tasks}
-TRAINING_BINARY = ("experiments.main", "primal_jax.cli.train", "primal_jax.models.builders")
+# The binary builds any registered model family: its lazy entries' modules count as imported.
+MODEL_FAMILIES = tuple(sorted({MODELS.lazy_entry(name).module for name in MODELS if MODELS.lazy_entry(name)}))
+TRAINING_BINARY = ("experiments.main", "primal_jax.cli.train", "primal_jax.models.registry", *MODEL_FAMILIES)
 # Entry points besides the families: (modules, the extras that serve them). The console scripts must be here.
 ENTRY_POINTS = {
   "primal-train": (TRAINING_BINARY, ("train",)),

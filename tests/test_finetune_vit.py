@@ -24,8 +24,8 @@ from primal_jax.convert.timm import write_params_checkpoint
 from primal_jax.convert.vit import model_from_state_dict
 from primal_jax.ksvd import RELEASE_LRA, ksvd_loss
 from primal_jax.models.vit import VisionTransformer, vit_config
-from primal_jax.training.checkpoints import Checkpointer, CheckpointError
-from primal_jax.training.warm_start import restore_matching_params
+from primal_jax.training.checkpointing.checkpointer import Checkpointer, CheckpointError
+from primal_jax.training.checkpointing.warm_start import restore_matching_params
 
 TIMM_CASE = Path(__file__).resolve().parent / "data" / "timm_vit_small.npz"
 NEW_PRIMAL = {"query/kernel", "query/bias", "key/kernel", "key/bias", "We", "Wr", "Lambda", "combine/kernel"}

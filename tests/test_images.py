@@ -19,7 +19,7 @@ from primal_jax.cli.config_lookup import load_config
 from primal_jax.convert.timm import write_params_checkpoint
 from primal_jax.convert.vit import model_from_state_dict
 from primal_jax.data import registry
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 from primal_jax.models.vit import VisionTransformer
 from primal_jax.tasks.vision.config import IMAGENET_MEAN, IMAGENET_STD
 from primal_jax.tasks.vision.input_pipeline import ImageArrays, ImageCollate, make_image_pipeline

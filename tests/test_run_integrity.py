@@ -22,7 +22,7 @@ import pytest
 
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.dotted import set_dotted
-from primal_jax.training.checkpoints import Checkpointer
+from primal_jax.training.checkpointing.checkpointer import Checkpointer
 from primal_jax.training.loop import TrainingError, load_state, train_and_evaluate
 
 CONFIG = "uea"  # the packaged config, by name
@@ -232,8 +232,8 @@ def test_accepted_change_is_recorded_and_config_json_kept(copy_of_run):
 
 
 def test_which_changes_break_continuity(tmp_path):
+  from primal_jax.training.guards.run_config import check_resume
   from primal_jax.training.metrics import MetricWriter
-  from primal_jax.training.run_config import check_resume
 
   def saved(**overrides):
     config = smoke_config("/data", **overrides)
@@ -302,7 +302,7 @@ def test_second_writer_is_refused_and_a_killed_holder_does_not_block(jv_tfds_dir
 
 
 def test_lock_refuses_a_second_holder_in_the_same_process_until_released(tmp_path):
-  from primal_jax.training.workdir_lock import WorkdirLock
+  from primal_jax.training.guards.workdir_lock import WorkdirLock
 
   with WorkdirLock(tmp_path):
     with pytest.raises(ValueError, match=rf"in use by another run \(pid {os.getpid()} "):

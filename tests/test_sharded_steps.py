@@ -11,7 +11,7 @@ from flax import linen as nn
 from train_utils import TINY_INFO, random_batch, tiny_model_config, tiny_optimizer_config
 
 from primal_jax.ksvd import RELEASE_SEQUENCE
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 from primal_jax.training.optimizers import make_optimizer
 from primal_jax.training.sharding import (
   batch_sharding,

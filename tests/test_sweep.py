@@ -336,7 +336,7 @@ def test_shards_partition_the_runs_and_lock_apart(data_dir, tmp_path):
 
 HOLD_LOCK = """
 import sys, time
-from primal_jax.training.workdir_lock import WorkdirLock
+from primal_jax.training.guards.workdir_lock import WorkdirLock
 WorkdirLock(sys.argv[1], sys.argv[2]).acquire()
 print("held", flush=True)
 time.sleep(600)
@@ -360,7 +360,7 @@ def test_a_sweep_never_deletes_a_run_a_live_process_holds(data_dir, tmp_path):
   live run directory (an unfinished run without per-evaluation checkpoints restarts from scratch), take a fresh
   run.lock there and train beside it. Now a run whose run.lock a live process holds, or which another sweep has
   claimed (locks/<hash>.lock), is skipped with one line naming the holder, its directory left byte for byte."""
-  from primal_jax.training.workdir_lock import lock_holder
+  from primal_jax.training.guards.workdir_lock import lock_holder
 
   sweep = tiny_sweep(data_dir)
   keys = list(plan(sweep.runs))

@@ -18,10 +18,10 @@ from experiments.generate import generate_from_run
 from experiments.generate import main as generate_main
 from primal_jax.data.core import DatasetInfo, InputPipeline
 from primal_jax.data.registry import registered_task
-from primal_jax.models import builders
 from primal_jax.models.blocks import TransformerStack
 from primal_jax.models.config import TransformerConfig
-from primal_jax.training.checkpoints import Checkpointer
+from primal_jax.models.registry import BuiltModel, registered_model
+from primal_jax.training.checkpointing.checkpointer import Checkpointer
 from primal_jax.training.loop import train_and_evaluate
 from primal_jax.training.metrics import read_metrics
 
@@ -147,12 +147,12 @@ class ToyRegressor(nn.Module):
     return nn.Dense(OUT)(x)
 
 
-def build_toy_regressor(model_config, info) -> builders.BuiltModel:
+def build_toy_regressor(model_config, info) -> BuiltModel:
   config = TransformerConfig(
     layers=tuple(model_config.layers), attention={"primal": {"low_rank": 4, "data_dependent": False}},
     max_len=info.seq_len, dim=16, hidden_dim=32, num_heads=2, dropout_rate=0.0, attention_dropout_rate=0.0,
   )  # fmt: skip
-  return builders.BuiltModel(ToyRegressor(config), ("inputs", "mask"), task="regression")
+  return BuiltModel(ToyRegressor(config), ("inputs", "mask"), task="regression")
 
 
 def regression_config() -> ml_collections.ConfigDict:
@@ -173,13 +173,8 @@ def regression_config() -> ml_collections.ConfigDict:
 
 
 @pytest.fixture
-def toy_registered(monkeypatch):
-  monkeypatch.setattr(
-    builders,
-    "MODEL_BUILDERS",
-    types.MappingProxyType({**builders.MODEL_BUILDERS, "toy_regressor": build_toy_regressor}),
-  )
-  with registered_task("toy_regression", make_toy_pipeline):
+def toy_registered():
+  with registered_model("toy_regressor", build_toy_regressor), registered_task("toy_regression", make_toy_pipeline):
     yield
 
 

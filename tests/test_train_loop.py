@@ -20,7 +20,7 @@ import pytest
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.dotted import set_dotted
 from primal_jax.models.config import model_layers, stack_name
-from primal_jax.training.checkpoints import Checkpointer, CheckpointError
+from primal_jax.training.checkpointing.checkpointer import Checkpointer, CheckpointError
 from primal_jax.training.loop import TrainingError, evaluate, load_state, train_and_evaluate
 from primal_jax.training.metrics import read_metrics
 
@@ -196,7 +196,7 @@ def test_diverging_loss_stops_with_the_step_and_last_checkpoint(data_dir, tmp_pa
 def test_config_arguments_are_checked():
   with pytest.raises(ValueError, match="unknown config argument 'bogus'"):
     load_config(f"{CONFIG}:bogus=1")
-  from primal_jax.models.builders import build_model
+  from primal_jax.models.registry import build_model
 
   info = types.SimpleNamespace(seq_len=29, num_classes=9)
   with pytest.raises(ValueError, match="model must be one of primalformer, primal_plus, primal, softmax"):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from primal_jax.cli.config_lookup import load_config
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 from primal_jax.tasks.uea import config as UEA
 from primal_jax.tasks.uea.tfds_dataset import TABLE1_DATASETS
 

@@ -22,7 +22,7 @@ import pytest
 
 from primal_jax.attention import get_attention
 from primal_jax.cli.config_lookup import load_config
-from primal_jax.models.builders import build_model
+from primal_jax.models.registry import build_model
 
 # Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
 pytestmark = pytest.mark.matmul_precision("highest")

@@ -1,4 +1,4 @@
-"""`config.init_from` (primal_jax.training.warm_start): settings refused before anything is built, and a
+"""`config.init_from` (primal_jax.training.checkpointing.warm_start): settings refused before anything is built, and a
 "matching" start that loads (almost) nothing refused naming both models (issue 26, items 4 and 10).
 
 The checkpoints are real runs' step-0 checkpoints (`write_initial_run`: orbax, config.json beside them) of a
@@ -18,8 +18,8 @@ import pytest
 
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError, MissingFileError
+from primal_jax.training.checkpointing.warm_start import InitFromError, check_init_from
 from primal_jax.training.experiment import write_initial_run
-from primal_jax.training.warm_start import InitFromError, check_init_from
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from primal_jax.errors import ConfigError
-from primal_jax.training.workdir_lock import WorkdirLock, WorkdirLockedError, lock_holder
+from primal_jax.training.guards.workdir_lock import WorkdirLock, WorkdirLockedError, lock_holder
 
 CLAIMS = "locks"  # <sweep>/locks/<hash>.lock: a sweep's claim on one run
 

@@ -17,7 +17,7 @@ from experiments.engine.lock import claim_run, sweep_lock
 from experiments.engine.records import RESULT_FILE, write_record
 from experiments.engine.spec import PlannedRun, Sweep, config_hash, plan, select
 from primal_jax.launch import host_allocator
-from primal_jax.training.workdir_lock import lock_holder
+from primal_jax.training.guards.workdir_lock import lock_holder
 
 CHILD_MODULE = "primal_jax.cli.train"  # what `python -m experiments.main` runs
 

@@ -134,7 +134,7 @@ def load_sweep(spec: str | Path) -> Sweep:
 
 # Fields added to configs after runs of them were recorded, at the value that does what those runs did: at that
 # value they are left out of the hash, so the recorded runs keep their keys (and are not trained again).
-# `resume_step` and `accept_config_changes` steer one invocation (primal_jax.training.run_config.RUN_CONTROL).
+# `resume_step` and `accept_config_changes` steer one invocation (primal_jax.training.guards.run_config.RUN_CONTROL).
 HASH_NEUTRAL: Mapping[str, Any] = types.MappingProxyType(
   {"data.missing": "raise", "resume_step": -1, "accept_config_changes": "", "init_from_min_loaded": 0.5}
 )

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from primal_jax.errors import ConfigError, MissingFileError
 from primal_jax.tasks import CONFIGS
-from primal_jax.training.run_config import add_run_controls
+from primal_jax.training.guards.run_config import add_run_controls
 
 
 def load_module(path: str | Path, kind: str = "config"):

@@ -53,7 +53,7 @@ def _check_checkpoint(workdir: str, step: int | None) -> None:
   """ValueError telling a CLI user what to pass unless `workdir` holds a checkpoint (of `step`, if given)."""
   from pathlib import Path
 
-  from primal_jax.training.checkpoint_format import WORKDIR_SUBDIR
+  from primal_jax.training.checkpointing.format import WORKDIR_SUBDIR
 
   directory = Path(workdir) / WORKDIR_SUBDIR
   steps = sorted(int(d.name) for d in directory.iterdir() if d.name.isdigit()) if directory.is_dir() else []

@@ -126,7 +126,7 @@ def convert_state_dict(state_dict, model: str) -> tuple[dict, dict]:
 
 def write_params_checkpoint(params, out_dir: str | Path, description: dict | None = None) -> Path:
   """Step 0 of a `Checkpointer` directory at `out_dir` holding {"params": params} (+ `vit_model.json`)."""
-  from primal_jax.training.checkpoints import Checkpointer
+  from primal_jax.training.checkpointing.checkpointer import Checkpointer
 
   out_dir = Path(out_dir).resolve()
   if out_dir.exists() and any(out_dir.iterdir()):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,10 @@ import numpy as np
 from primal_jax.data import pipeline
 from primal_jax.data.checks import check_nonnegative_int, check_positive_int, config_get
 from primal_jax.data.pipeline import PAD_INDEX, Example
+
+# evaluate_split(apply_fn, params, split) -> metrics (with "count"): how a task that measures a split itself
+# (offline RL: rollouts in the environment) evaluates it, instead of eval batches and the objective's sums.
+SplitEvaluator = Callable[[Callable[..., Any], Any, str], dict[str, float]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +77,8 @@ class InputPipeline:
   # Training-time batch mixing: mix(batch, rng) -> batch (Mixup/CutMix with soft "label_probs"), rng seeded
   # by (seed, epoch, batch index in the epoch, process index), so a resumed epoch mixes its batches alike.
   batch_mix: Any = None
+  # A task that evaluates splits itself (`SplitEvaluator`); None: the train loop evaluates `eval_batches`.
+  evaluate_split: SplitEvaluator | None = None
 
   def __post_init__(self) -> None:
     pipeline.local_batch_size(self.batch_size, self.process_count)  # validates divisibility

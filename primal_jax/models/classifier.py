@@ -8,6 +8,7 @@ from flax import linen as nn
 
 from primal_jax.models.blocks import TokenEmbedding, TransformerStack, check_tokens, dense
 from primal_jax.models.config import TransformerConfig
+from primal_jax.models.registry import BuiltModel, token_config
 
 
 def pool(x: jax.Array, mask: jax.Array | None, mode: str) -> jax.Array:
@@ -81,3 +82,13 @@ class DualSequenceClassifier(nn.Module):
     v = pool(encoder(tokens_b, mask_b, deterministic), mask_b, self.config.pooling)
     features = jnp.concatenate([u, v, u * v, u - v], axis=-1)
     return ClassifierHead(self.config, 4 * self.config.dim, name="head")(features)
+
+
+def build(model_config, info) -> BuiltModel:
+  """`model.name="lra"`: the LRA sequence classifier (the release's `ModelForSC`): token ids [B, N] -> logits."""
+  return BuiltModel(SequenceClassifier(token_config(model_config, info)), ("inputs", "mask"))
+
+
+def build_dual(model_config, info) -> BuiltModel:
+  """`model.name="lra_dual"`: LRA two-tower matching (retrieval, the release's `ModelForSCDual`)."""
+  return BuiltModel(DualSequenceClassifier(token_config(model_config, info)), ("inputs", "inputs2", "mask", "mask2"))

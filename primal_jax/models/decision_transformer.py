@@ -25,6 +25,7 @@ is broadcast over heads (`broadcast_dropout`).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 
 import jax
@@ -38,6 +39,7 @@ from primal_jax.dropout import Dropout
 from primal_jax.initializers import linear_inits
 from primal_jax.models.blocks import TransformerStack, layer_norm
 from primal_jax.models.config import TransformerConfig
+from primal_jax.models.registry import BuiltModel, body_config, data_independent_primal, model_sections
 from primal_jax.validation import check_choice, check_positive
 
 MASKING_MODES = ("release", "padding_aware")
@@ -284,3 +286,41 @@ def get_action(
     {"params": params}, states[None], actions[None], returns_to_go[None], timesteps[None], mask[None]
   )
   return action_preds[0, -1]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionTransformerOptions:
+  """The Decision Transformer's own keys of a config's `model` section (the rest are its GPT-2 body's).
+
+  See `DecisionTransformer`; `max_ep_len` None: the dataset's (`RLDatasetInfo.max_ep_len`).
+  """
+
+  masking: str = "padding_aware"
+  action_tanh: bool = True
+  embed_dropout_rate: float | None = None
+  max_ep_len: int | None = None
+
+
+def build(model_config, info) -> BuiltModel:
+  """`model.name="decision_transformer"` (`offline_rl` task): segments of (R, s, a) -> actions [B, K, act_dim].
+
+  The body is the release's GPT-2 (`GPT2_BODY`, hidden_dim 4 * dim unless given); `info` (an
+  `RLDatasetInfo`) gives state_dim, act_dim and the episode length of the timestep table. Primal layers get
+  data-independent W_e, W_r unless `attention.primal.data_dependent` says otherwise (the causal layer refuses).
+  """
+  options, kwargs = model_sections(model_config, DecisionTransformerOptions)
+  attention = data_independent_primal(kwargs.pop("attention", None))
+  if "dim" in kwargs:  # GPT-2's n_inner default
+    kwargs.setdefault("hidden_dim", 4 * kwargs["dim"])
+  config = body_config("decision_transformer", **{**GPT2_BODY, **kwargs, "attention": attention})
+  module = DecisionTransformer(
+    config,
+    state_dim=info.state_dim,
+    act_dim=info.act_dim,
+    max_ep_len=info.max_ep_len if options.max_ep_len is None else options.max_ep_len,
+    masking=options.masking,
+    action_tanh=options.action_tanh,
+    embed_dropout_rate=options.embed_dropout_rate,
+    action_only=True,
+  )
+  return BuiltModel(module, ("states", "actions", "returns_to_go", "timesteps", "mask"), task="offline_rl")

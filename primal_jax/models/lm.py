@@ -14,6 +14,7 @@ from flax import linen as nn
 
 from primal_jax.models.blocks import TokenEmbedding, TransformerStack, check_tokens, dense
 from primal_jax.models.config import TransformerConfig
+from primal_jax.models.registry import BuiltModel, data_independent_primal, plain, token_config
 
 
 class CausalLM(nn.Module):
@@ -96,3 +97,13 @@ def greedy_decode(model: CausalLM, params, cache, tokens: jax.Array, steps: int)
 
   (_, cache), out = jax.lax.scan(body, (tokens, cache), length=steps)
   return out.T, cache
+
+
+def build(model_config, info) -> BuiltModel:
+  """`model.name="lm"`: the causal decoder LM for next-token tasks: ids [B, T] -> logits [B, T, vocab].
+
+  Primal layers get data-independent W_e, W_r unless `attention.primal.data_dependent` says otherwise
+  (the causal layer then refuses True: rows sampled over the whole sequence would leak future tokens).
+  """
+  attention = data_independent_primal(plain(model_config.get("attention", {})))
+  return BuiltModel(CausalLM(token_config(model_config, info, attention=attention)), ("inputs",), task="next_token")

@@ -10,6 +10,7 @@ in `config.layers`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from flax import linen as nn
 from primal_jax.dropout import Dropout
 from primal_jax.models.blocks import TransformerStack, dense
 from primal_jax.models.config import TransformerConfig, model_layers
+from primal_jax.models.registry import BuiltModel, model_sections
 from primal_jax.validation import check_rank
 
 
@@ -117,3 +119,23 @@ class TimeSeriesClassifier(nn.Module):
     x = x * mask[..., None].astype(x.dtype)  # [B, N, D], padded steps zeroed
     x = x.reshape(batch, length * cfg.dim)
     return dense(cfg, cfg.num_classes, length * cfg.dim, ("flat", "classes"), "logits")(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeSeriesOptions:
+  """The UEA classifier's own keys of a config's `model` section (the rest are its body's).
+
+  mask_attention: pass the step mask to the attention layers (False: the release's unmasked attention).
+  """
+
+  mask_attention: bool = True
+
+
+def build(model_config, info) -> BuiltModel:
+  """`model.name="timeseries"`: the UEA classifier; `info` gives seq_len and num_classes."""
+  options, kwargs = model_sections(model_config, TimeSeriesOptions)
+  try:
+    config = timeseries_config(seq_len=info.seq_len, num_classes=info.num_classes, **kwargs)
+  except TypeError as err:  # an unknown key in the config's model section
+    raise ValueError(f"bad model config for 'timeseries': {err}") from err
+  return BuiltModel(TimeSeriesClassifier(config, mask_attention=options.mask_attention), ("inputs", "mask"))

@@ -20,6 +20,7 @@ side (`primal_jax.convert.vit`).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 
@@ -34,6 +35,7 @@ from primal_jax.dropout import Dropout
 from primal_jax.initializers import linear_inits
 from primal_jax.models.blocks import TransformerStack, dense
 from primal_jax.models.config import TransformerConfig, model_layers
+from primal_jax.models.registry import BuiltModel, body_config, model_sections
 from primal_jax.validation import check_choice, check_positive
 
 # Width and heads of the named sizes (depth 12, MLP ratio 4), as timm's deit_{tiny,small,base}.
@@ -264,3 +266,39 @@ def resize_pos_embed(pos_embed: np.ndarray, num_tokens: int) -> np.ndarray:
   grid = pos_embed[0, 1:].reshape(g, g, dim)
   resized = jax.image.resize(jnp.asarray(grid, jnp.float32), (h, h, dim), method="cubic")
   return np.concatenate([pos_embed[:, :1], np.asarray(resized, pos_embed.dtype).reshape(1, h * h, dim)], axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class VitOptions:
+  """The ViT's own keys of a config's `model` section (the rest are its DeiT body's); see `VisionTransformer`."""
+
+  patch_size: int | tuple[int, int] = 16
+  primal_qk_on_finetune: str = "init"
+
+
+def build(model_config, info) -> BuiltModel:
+  """`model.name="vit"`: the Vision Transformer (DeiT layout): images [B, H, W, C] -> logits.
+
+  The body defaults to DeiT's (`DEIT_BODY`: LayerNorm eps 1e-6, exact GELU, timm's init, no dropout);
+  `info.image_shape` (an `ImageDatasetInfo`) gives the image size, `model.patch_size` the patch. Primal
+  layers are data-dependent with n = min(N, s * rank_multi) rows unless their options say otherwise.
+  Fine-tuning from another model's params adapts the position and patch embeddings (`adapt_pretrained`) and
+  keeps the Primal layers' query and key initialised (`keep_init_on_finetune`).
+  """
+  options, kwargs = model_sections(model_config, VitOptions)
+  shape = getattr(info, "image_shape", None)
+  if not shape:
+    raise ValueError(f"model 'vit' needs an image task (data.task='images'); {info.name!r} has no image_shape")
+  config = body_config("vit", **{**DEIT_BODY, "num_classes": info.num_classes, **kwargs})
+  module = VisionTransformer(
+    config,
+    image_size=tuple(shape[:2]),
+    patch_size=options.patch_size,
+    primal_qk_on_finetune=options.primal_qk_on_finetune,
+  )
+  return BuiltModel(
+    module,
+    ("inputs",),
+    adapt_pretrained=VisionTransformer.adapt_pretrained,
+    keep_init_on_finetune=module.keep_init_on_finetune,
+  )

@@ -8,9 +8,8 @@
   state            the train state pytree and its sharded initialisation
   sharding         device mesh, logical-axis rules, global batches
   optimizers       optax optimizers and schedules from a config
-  checkpoints      `Checkpointer` (orbax); checkpoint_format, checkpoint_checksums, warm_start, preemption
-  run_config       config continuity on resume: `config.json` kept, changes refused or recorded
-  workdir_lock     one writer per workdir (`flock` on `run.lock`)
+  checkpointing/   a run's persistence: `Checkpointer` (orbax), format, checksums, resume, warm_start (init_from)
+  guards/          one run per workdir: workdir_lock, run_config (config continuity on resume), preemption
   metrics          metrics.jsonl / TensorBoard writer, progress lines, tables
 
 Import the submodules you need; this package imports nothing heavy by itself.

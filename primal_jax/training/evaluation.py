@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from primal_jax.atomic_files import read_json, write_json_atomically
-from primal_jax.training.checkpoints import Checkpointer
+from primal_jax.training.checkpointing import Checkpointer
 from primal_jax.training.metrics import MetricWriter
 from primal_jax.training.objectives import Objective
 from primal_jax.training.sharding import global_batch
@@ -59,9 +59,9 @@ def evaluate_batches(eval_step, state: TrainState, batches: Iterable, mesh, obje
 
 
 def evaluate_split(experiment, state: TrainState, split: str, eval_step=None) -> dict[str, float]:
-  """The metrics of `state` on `split`: by the pipeline's own `evaluate_split` where it has one (offline RL
+  """The metrics of `state` on `split`: by the pipeline's own `evaluate_split` where it sets one (offline RL
   evaluates by rollouts in the environment), else over every eval batch of the split with `eval_step`."""
-  own = getattr(experiment.pipeline, "evaluate_split", None)
+  own = experiment.pipeline.evaluate_split
   if own is not None:
     return own(experiment.built.module.apply, state.params, split)
   step = eval_step or experiment.eval_step()

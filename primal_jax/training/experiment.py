@@ -19,25 +19,17 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from primal_jax.data.registry import get_input_pipeline
-from primal_jax.models.builders import BuiltModel, build_model
 from primal_jax.models.config import stack_name
-from primal_jax.training.checkpoint_checksums import SET_ASIDE_SUFFIX
-from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer, CheckpointError
+from primal_jax.models.registry import BuiltModel, build_model
+from primal_jax.training.checkpointing import WORKDIR_SUBDIR, Checkpointer, resume_state, warm_start_state
 from primal_jax.training.evaluation import evaluate_split
+from primal_jax.training.guards import lock_workdir
+from primal_jax.training.guards.run_config import run_config, unflatten
 from primal_jax.training.objectives import Objective, get_objective
 from primal_jax.training.optimizers import make_optimizer
-from primal_jax.training.run_config import run_config, unflatten
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
 from primal_jax.training.state import TrainState, abstract_state, init_state, make_init_fn
 from primal_jax.training.steps import ksvd_spec, make_eval_step, make_train_step
-from primal_jax.training.warm_start import (
-  DEFAULT_MIN_LOADED,
-  check_init_from,
-  check_loaded,
-  describe_checkpoint,
-  restore_matching_params,
-)
-from primal_jax.training.workdir_lock import lock_workdir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,59 +106,24 @@ def restore_or_init(experiment: Experiment, ckpt: Checkpointer) -> tuple[TrainSt
   verified), the steps after it are moved to `<checkpoints>.set_aside/` (kept, never deleted). A damaged
   latest step is a CheckpointError naming the step and the file and offering the latest step that verifies.
 
-  `config.init_from_mode="matching"` fine-tunes from pretrained params of another model (`INIT_FROM_MODES`); a
-  module's `adapt_pretrained` (e.g. `VisionTransformer`'s position-embedding resize) adapts leaves of another shape,
-  its `keep_init_on_finetune(path)` names leaves to keep initialised (the release's fresh Primal query and key).
+  `config.init_from_mode="matching"` fine-tunes from pretrained params of another model (`INIT_FROM_MODES`); the
+  model's `BuiltModel.adapt_pretrained` (e.g. `VisionTransformer`'s position-embedding resize) adapts leaves of
+  another shape, its `keep_init_on_finetune(path)` names leaves to keep initialised (the release's fresh Primal
+  query and key).
   """
-  config = experiment.config
-  latest, wanted = ckpt.latest_step(), config.get("resume_step", -1)
-  if wanted >= 0:
-    if wanted not in ckpt.all_steps():
-      raise CheckpointError(f"resume_step={wanted}: no such checkpoint in {ckpt.directory}; steps: {ckpt.all_steps()}")
-    state, _ = _restore(experiment, ckpt, wanted)
-    moved = ckpt.set_aside_after(wanted)
-    aside = f"; steps {[int(p.name.split('-')[0]) for p in moved]} set aside in {moved[0].parent}" if moved else ""
-    return state, f"resumed from step {wanted} of {ckpt.directory}{aside}"
-  if latest is not None:
-    state, _ = _restore(experiment, ckpt, latest)
-    return state, f"resumed from step {latest} of {ckpt.directory}"
-  check_init_from(config)
+  config, built = experiment.config, experiment.built
+  resumed = resume_state(ckpt, experiment.abstract, config.get("resume_step", -1))
+  if resumed is not None:
+    return resumed
   state = init_state(experiment.init_fn, experiment.rng, experiment.shardings)
-  if config.get("init_from"):
-    if config.get("init_from_mode", "exact") == "exact":
-      params = Checkpointer.restore_params(config.init_from, experiment.abstract.params)
-      return state.replace(params=params), f"params initialised from {config.init_from}"
-    module = experiment.built.module
-    adapt, keep = getattr(module, "adapt_pretrained", None), getattr(module, "keep_init_on_finetune", None)
-    params, report = restore_matching_params(config.init_from, state.params, adapt=adapt, keep_init=keep)
-    target = f"{config.model.name} {stack_name(config.model.layers)}, dim {config.model.get('dim', '?')}"
-    check_loaded(
-      report,
-      state.params,
-      min_loaded=config.get("init_from_min_loaded", DEFAULT_MIN_LOADED),
-      source=describe_checkpoint(config.init_from),
-      target=target,
-    )
-    counts = ", ".join(f"{len(paths)} {what}" for what, paths in report.items() if paths)
-    return state.replace(params=params), f"params initialised from {config.init_from} where they match ({counts})"
-  return state, "initialised from scratch"
-
-
-def _restore(experiment: Experiment, ckpt: Checkpointer, step: int):
-  """`ckpt.restore`, a damaged step's error extended with how to continue from the latest step that verifies."""
-  try:
-    return ckpt.restore(experiment.abstract, step=step)
-  except CheckpointError as err:
-    if err.step is None:  # not damage (a different model, no such step): nothing to fall back to
-      raise
-    previous = err.previous_good if err.previous_good is not None else ckpt.last_verified_step(before=err.step)
-    hint = (
-      f" To continue the run from step {previous}, rerun with --config.resume_step={previous} (resume_step="
-      f"{previous} in the config): the steps after it are moved to {ckpt.directory}{SET_ASIDE_SUFFIX}/, not deleted."
-      if previous is not None
-      else " No earlier step verifies: start the run again in a new workdir."
-    )
-    raise CheckpointError(f"{err}{hint}", step=err.step, previous_good=previous) from err
+  return warm_start_state(
+    config,
+    state,
+    experiment.abstract.params,
+    adapt=built.adapt_pretrained,
+    keep_init=built.keep_init_on_finetune,
+    target=f"{config.model.name} {stack_name(config.model.layers)}, dim {config.model.get('dim', '?')}",
+  )
 
 
 def write_initial_run(config, workdir: str | Path) -> str:

@@ -29,17 +29,15 @@ import jax
 from primal_jax.atomic_files import write_json_atomically
 from primal_jax.launch import host_allocator
 from primal_jax.models.config import stack_name
-from primal_jax.training.checkpoints import WORKDIR_SUBDIR, Checkpointer, PreemptionGuard
+from primal_jax.training.checkpointing import WORKDIR_SUBDIR, Checkpointer, check_init_from, has_checkpoints
 from primal_jax.training.evaluation import TEST_EVALS, Evaluations, eval_protocol, summary_rows
 from primal_jax.training.experiment import Experiment, build_experiment, evaluate, load_state, restore_or_init
+from primal_jax.training.guards import PreemptionGuard, check_fallback, check_resume, lock_workdir, record_changes
 from primal_jax.training.metrics import CONFIG_FILE, MetricWriter, Progress, summary_table
 from primal_jax.training.objectives import metric_mode
-from primal_jax.training.run_config import check_fallback, check_resume, record_changes
 from primal_jax.training.sharding import global_batch, maybe_initialize_distributed
 from primal_jax.training.state import TrainState
 from primal_jax.training.steps import train_scalars
-from primal_jax.training.warm_start import check_init_from
-from primal_jax.training.workdir_lock import lock_workdir
 
 # The experiment helpers are re-exported: `from primal_jax.training.loop import load_state, evaluate` in analysis.
 __all__ = [
@@ -163,8 +161,7 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
 
 def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str], None]) -> dict:
   resume = check_resume(config, workdir)  # reads only: a refused config leaves the run's records as they were
-  resuming = (workdir / WORKDIR_SUBDIR).is_dir() and any(p.name.isdigit() for p in (workdir / WORKDIR_SUBDIR).iterdir())
-  check_init_from(config, starting=not resuming)  # before the data and the model are built
+  check_init_from(config, starting=not has_checkpoints(workdir))  # before the data and the model are built
   exp = build_experiment(config)
   protocol = eval_protocol(config, exp.pipeline.info.split_sizes, exp.objective)
   best_metric = config.get("best_metric") or None

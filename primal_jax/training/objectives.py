@@ -15,7 +15,9 @@ Batch contracts (every weight is 1 for a real unit, 0 for padding):
                   outputs: logits [b, T, vocab].
 
 Which objective a run uses: `config.task` when set, else the model builder's `BuiltModel.task`
-("classification" for every classifier, so existing configs need nothing).
+("classification" for every classifier, so existing configs need nothing). The objectives are a registry
+(`primal_jax.registry.Registry`): a new kind of task is one `Objective` subclass plus one `register_objective`
+line, and a test registers its own with `registered_objective` for the duration of a `with` block.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from primal_jax.registry import Registry
 
 # Whether a larger value of a metric is better: what "best" means for selection and checkpoint retention.
 METRIC_MODES = types.MappingProxyType(
@@ -209,16 +213,37 @@ class OfflineRL(Regression):
   selection_metric: ClassVar[str] = "normalized_score"
 
 
-OBJECTIVES: types.MappingProxyType[str, Objective] = types.MappingProxyType(
-  {cls.name: cls() for cls in (Classification, Regression, NextToken, OfflineRL)}
-)
+def _check_objective(value) -> None:
+  if not isinstance(value, Objective):
+    raise ValueError(f"an objective must be an instance of primal_jax.training.objectives.Objective, got {value!r}")
+  if value.selection_metric not in METRIC_MODES:
+    raise ValueError(f"objective {value!r}: selection_metric {value.selection_metric!r} is not one of METRIC_MODES")
+
+
+# config.task -> objective: a read-only Mapping; extend it with `register_objective`.
+OBJECTIVES: Registry[Objective] = Registry("objective", "task", _check_objective)
+for _cls in (Classification, Regression, NextToken, OfflineRL):
+  OBJECTIVES.register(_cls.name, _cls(), builtin=True)
+
+
+def register_objective(name: str, objective: Objective, *, replace: bool = False) -> None:
+  """Makes `objective` available as `config.task=name` (and as a model's `BuiltModel.task`)."""
+  OBJECTIVES.register(name, objective, replace=replace)
+
+
+def unregister_objective(name: str) -> None:
+  """Removes an objective registered with `register_objective` (a replaced built-in gets its own back)."""
+  OBJECTIVES.unregister(name)
+
+
+def registered_objective(name: str, objective: Objective, *, replace: bool = False):
+  """`register_objective` for the duration of a `with` block."""
+  return OBJECTIVES.registered(name, objective, replace=replace)
 
 
 def get_objective(name: str) -> Objective:
-  """The objective registered under `name` (a `config.task` value)."""
-  if name not in OBJECTIVES:
-    raise ValueError(f"task must be one of {sorted(OBJECTIVES)}, got {name!r}")
-  return OBJECTIVES[name]
+  """The objective registered under `name` (a `config.task` value); a ConfigError listing the names otherwise."""
+  return OBJECTIVES.get(name)
 
 
 def metric_mode(metric: str) -> str:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from primal_jax.ksvd import KSVD_COLLECTION, KSVDSpec, check_eta, ksvd_loss_per_sample, resolve_spec
-from primal_jax.models.builders import BuiltModel
+from primal_jax.models.registry import BuiltModel
 from primal_jax.training.objectives import Objective, get_objective
 from primal_jax.training.state import TrainState
 

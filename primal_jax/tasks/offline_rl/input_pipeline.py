@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from primal_jax.data.checks import check_positive_int
-from primal_jax.data.core import DatasetInfo
+from primal_jax.data.core import DatasetInfo, SplitEvaluator
 from primal_jax.data.pipeline import local_batch_size
 from primal_jax.errors import ConfigError
 from primal_jax.tasks.offline_rl import rollouts
@@ -150,7 +150,12 @@ class OfflineRLPipeline:
     check_choice(split, EVAL_SPLITS, "split")
     return self.eval_episodes if split == "validation" else self.test_episodes
 
-  def evaluate_split(self, apply_fn, params, split: str) -> dict[str, float]:
+  @property
+  def evaluate_split(self) -> SplitEvaluator:
+    """How the train loop evaluates a split (`InputPipeline.evaluate_split`): by rollouts."""
+    return self.rollout_metrics
+
+  def rollout_metrics(self, apply_fn, params, split: str) -> dict[str, float]:
     """Rollout metrics of `split`: its own environment seeds (validation and test never share one)."""
     episodes = self.episodes(split)
     seed = int(np.random.SeedSequence([self.seed, EVAL_SPLITS.index(split) + 1]).generate_state(1)[0] >> 1)

@@ -1,8 +1,8 @@
 """Orbax checkpoints of the train state, checked against the target state before any array is read.
 
-Layout and fingerprints: `checkpoint_format`. A checkpoint whose fingerprint differs from the target
+Layout and fingerprints: `format`. A checkpoint whose fingerprint differs from the target
 state's is a `CheckpointError` naming the leaves, raised before any array is read. Every step also
-carries the SHA-256 of each of its files (`checkpoint_checksums`), checked by `restore` before any
+carries the SHA-256 of each of its files (`checksums`), checked by `restore` before any
 array is read: altered bytes are a `CheckpointError` naming the step and the file, and offering the
 latest earlier step whose checksums verify.
 
@@ -28,14 +28,14 @@ from typing import Any
 import orbax.checkpoint as ocp
 from etils import epath
 
-from primal_jax.training.checkpoint_checksums import (
+from primal_jax.training.checkpointing.checksums import (
   NO_MANIFEST,
   describe_problems,
   set_aside,
   verify_step_dir,
   write_manifest,
 )
-from primal_jax.training.checkpoint_format import (
+from primal_jax.training.checkpointing.format import (
   FORMAT_VERSION,
   INFO_ITEM,
   STATE_ITEM,
@@ -52,8 +52,7 @@ from primal_jax.training.checkpoint_format import (
   state_fingerprint,
   valid_fingerprint,
 )
-from primal_jax.training.preemption import PreemptionGuard
-from primal_jax.training.warm_start import restore_params
+from primal_jax.training.checkpointing.warm_start import restore_params
 
 log = logging.getLogger(__name__)
 
@@ -387,11 +386,10 @@ class Checkpointer:
       raise self._corrupt_error(step, f"the {STATE_ITEM} item is missing", FileNotFoundError(str(self._step_dir(step))))
 
 
-__all__ = [  # the format's and the preemption guard's names too: one import for a train loop
+__all__ = [  # the format's names too: one import for a reader of checkpoints
   "WORKDIR_SUBDIR",
   "CheckpointError",
   "Checkpointer",
-  "PreemptionGuard",
   "fingerprint_differences",
   "restore_params",
   "state_fingerprint",

@@ -29,8 +29,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from primal_jax.errors import ConfigError, MissingFileError
-from primal_jax.training.checkpoint_checksums import describe_problems, verify_step_dir
-from primal_jax.training.checkpoint_format import (
+from primal_jax.training.checkpointing.checksums import describe_problems, verify_step_dir
+from primal_jax.training.checkpointing.format import (
   INFO_ITEM,
   STATE_ITEM,
   WORKDIR_SUBDIR,
@@ -315,3 +315,37 @@ def restore_matching_params(
   log.info("params from %s: %s", saved.where, {k: len(v) for k, v in report.items()})
   params = jax.tree_util.tree_unflatten(jax.tree.structure(init_params), [out[p] for p in flat])
   return params, report
+
+
+def warm_start_state(
+  config,
+  state,
+  abstract_params,
+  *,
+  adapt: Adapter | None = None,
+  keep_init: Callable[[str], bool] | None = None,
+  target: str = "this run's model",
+) -> tuple[Any, str]:
+  """A run that starts (no checkpoint of its own): `state` (freshly initialised) with `config.init_from`'s params,
+  and where they came from (the resume order's steps 2 and 3, `primal_jax.training.loop`); `abstract_params` is the
+  target of an "exact" restore (ShapeDtypeStructs with shardings).
+
+  "exact" (`init_from_mode`) restores the saved params leaf for leaf; "matching" fine-tunes from them
+  (`restore_matching_params` with the model's `adapt` and `keep_init`, then `check_loaded` against `target`).
+  """
+  check_init_from(config)
+  if not config.get("init_from"):
+    return state, "initialised from scratch"
+  if config.get("init_from_mode", "exact") == "exact":
+    params = restore_params(config.init_from, abstract_params)
+    return state.replace(params=params), f"params initialised from {config.init_from}"
+  params, report = restore_matching_params(config.init_from, state.params, adapt=adapt, keep_init=keep_init)
+  check_loaded(
+    report,
+    state.params,
+    min_loaded=config.get("init_from_min_loaded", DEFAULT_MIN_LOADED),
+    source=describe_checkpoint(config.init_from),
+    target=target,
+  )
+  counts = ", ".join(f"{len(paths)} {what}" for what, paths in report.items() if paths)
+  return state.replace(params=params), f"params initialised from {config.init_from} where they match ({counts})"
