@@ -111,3 +111,131 @@ def test_cycle_detection_finds_a_cycle(tmp_path):
 def test_no_library_module_over_the_line_limit():
   lengths = {name: len(path.read_text().splitlines()) for name, path in module_files(PACKAGE).items()}
   assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
+
+
+# --- Between packages: the layers of docs/development.md ------------------------------------------------------
+
+# First-level package (or root module group "root") -> the packages it may import. `primal_jax/__init__.py`
+# re-exports and seeds the registries (it imports `primal_jax.tasks`), so it is not a tie between packages.
+LAYERS: dict[str, set[str]] = {
+  "root": set(),
+  "attention": {"root"},
+  "models": {"root", "attention"},
+  "nnx": {"root", "attention", "models"},
+  "data": {"root"},
+  "launch": {"root"},
+  "training": {"root", "attention", "models", "data", "launch"},
+  "tasks": {"root", "attention", "models", "data", "training", "launch"},
+  "cli": {"root", "attention", "models", "data", "training", "tasks", "launch"},
+  "convert": {"root", "attention", "models", "nnx", "data", "training"},
+  "analysis": {"root", "attention", "models", "data", "training"},
+}
+
+
+def unit(module: str, package: str = "primal_jax") -> str:
+  """The first-level package of `module` ('tasks' for primal_jax.tasks.uea.config), 'root' for a root module,
+  '' for the top-level __init__."""
+  parts = module.split(".")
+  if len(parts) == 1:
+    return ""
+  return parts[1] if (PACKAGE.parent / package / parts[1]).is_dir() else "root"
+
+
+def package_graph(graph: dict[str, set[str]], unit_of=unit) -> dict[str, set[str]]:
+  """First-level package -> the packages its modules import (the top-level __init__ left out)."""
+  out: dict[str, set[str]] = {}
+  for module, targets in graph.items():
+    a = unit_of(module)
+    if not a:
+      continue
+    out.setdefault(a, set())
+    for target in targets:
+      b = unit_of(target)
+      if b and b != a:
+        out[a].add(b)
+        out.setdefault(b, set())
+  return out
+
+
+def test_no_import_cycle_between_packages():
+  packages = package_graph(import_graph(PACKAGE))
+  assert {"attention", "training", "data", "models"} <= set(packages)
+  assert cycles(packages) == []
+
+
+def test_package_cycle_detection_finds_one(tmp_path):
+  """Two packages whose modules import each other, with no cycle between modules, are a package cycle."""
+  package = tmp_path / "pkg"
+  for sub in ("x", "y"):
+    (package / sub).mkdir(parents=True)
+    (package / sub / "__init__.py").write_text("")
+  (package / "__init__.py").write_text("")
+  (package / "x" / "a.py").write_text("from pkg.y import c\n")
+  (package / "y" / "b.py").write_text("from pkg.x import d\n")
+  (package / "x" / "d.py").write_text("")
+  (package / "y" / "c.py").write_text("")
+  graph = import_graph(package)
+  assert cycles(graph) == []
+
+  def unit_of(module):
+    parts = module.split(".")
+    return "" if len(parts) == 1 else parts[1]
+
+  assert cycles(package_graph(graph, unit_of)) == [["x", "y"]]
+
+
+def test_every_package_imports_only_the_layers_below_it():
+  packages = package_graph(import_graph(PACKAGE))
+  unknown = set(packages) - set(LAYERS)
+  assert not unknown, f"packages with no layer in LAYERS: {unknown}"
+  wrong = {a: sorted(targets - LAYERS[a]) for a, targets in packages.items() if targets - LAYERS[a]}
+  assert wrong == {}
+
+
+def test_no_family_imports_another_family():
+  """A family folder under primal_jax/tasks/ imports the shared modules of tasks/, never another family."""
+  graph = import_graph(PACKAGE)
+  families = {p.name for p in (PACKAGE / "tasks").iterdir() if p.is_dir() and p.name != "__pycache__"}
+  assert {"uea", "lra", "lm", "vision", "offline_rl"} <= families
+
+  def family(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "tasks" and parts[2] in families else None
+
+  crossing = {
+    (m, t) for m, targets in graph.items() for t in targets if family(m) and family(t) and family(m) != family(t)
+  }
+  assert crossing == set()
+
+
+def outside_paths(package: Path) -> list[str]:
+  """`file:line` of every library line that reaches outside `package`: a `parents[k]` climbing above it, or a
+  path into the repository's `experiments/` or `benchmarks/` (prose in docstrings aside)."""
+  import re
+
+  pattern = re.compile(r"parents\[(\d+)\]|\.parent\.parent|[\"'/](experiments|benchmarks)/")
+  found = []
+  for path in sorted(package.rglob("*.py")):
+    depth = len(path.relative_to(package).parts) - 1  # 0 for package/x.py
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+      if line.lstrip().startswith("#"):
+        continue
+      for hit in pattern.finditer(line):
+        if hit.group(1) is not None and int(hit.group(1)) <= depth:
+          continue  # parents[k] that stays inside the package
+        if hit.group(2) is not None and ('"""' in line or "`" in line or "python -m" in line):
+          continue
+        found.append(f"{path.relative_to(package.parent)}:{n}")
+  return found
+
+
+def test_no_library_path_outside_the_package():
+  assert outside_paths(PACKAGE) == []
+
+
+def test_outside_path_detection_finds_one(tmp_path):
+  package = tmp_path / "pkg"
+  (package / "sub").mkdir(parents=True)
+  (package / "sub" / "ok.py").write_text("ROOT = Path(__file__).parents[1]\n")
+  (package / "sub" / "bad.py").write_text("ROOT = Path(__file__).parents[2]\nX = 'experiments/results'\n")
+  assert outside_paths(package) == ["pkg/sub/bad.py:1", "pkg/sub/bad.py:2"]

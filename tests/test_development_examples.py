@@ -5,6 +5,8 @@ registry entries it makes (each example ends by unregistering, which the test th
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -43,5 +45,7 @@ def test_worked_example_runs(heading, tmp_path, monkeypatch):
   before = [set(r) for r in (ATTENTIONS, TASKS, MODELS, OBJECTIVES)]
   monkeypatch.chdir(tmp_path)
   monkeypatch.setenv("PRIMAL_JAX_DATA", str(tmp_path / "data"))
-  exec(compile(examples()[heading], f"docs/development.md: {heading}", "exec"), {"__name__": "example"})
+  module = types.ModuleType("development_example")  # dataclasses look their module up in sys.modules
+  monkeypatch.setitem(sys.modules, module.__name__, module)
+  exec(compile(examples()[heading], f"docs/development.md: {heading}", "exec"), module.__dict__)
   assert [set(r) for r in (ATTENTIONS, TASKS, MODELS, OBJECTIVES)] == before  # the example cleaned up

@@ -362,7 +362,7 @@ def test_token_embedding_values_and_table_gradients_against_numpy():
 @pytest.mark.parametrize(
   "kwargs,match",
   [
-    (dict(model="transformer"), "model must be one of primalformer, primal_plus, primal, softmax"),
+    (dict(model="transformer"), "model must be one of primalformer, primal_plus, cosformer, .*, softmax, yoso_e, got"),
     (dict(num_layers=0), "num_layers"),
     (dict(dim=30, num_heads=4), "dim=30 must be divisible by num_heads=4"),
     (dict(pooling="max"), "pooling"),

@@ -199,7 +199,9 @@ def test_config_arguments_are_checked():
   from primal_jax.models.registry import build_model
 
   info = types.SimpleNamespace(seq_len=29, num_classes=9)
-  with pytest.raises(ValueError, match="model must be one of primalformer, primal_plus, primal, softmax"):
+  with pytest.raises(
+    ValueError, match="model must be one of primalformer, primal_plus, cosformer, .*, softmax, yoso_e, got"
+  ):
     load_config(f"{CONFIG}:model=bogus")
   config = load_config(f"{CONFIG}:dataset=BasicMotions,model=primal_plus")
   assert config.data.dataset == "BasicMotions" and config.model.layers == ("softmax", "primal")
