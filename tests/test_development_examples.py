@@ -36,10 +36,9 @@ def test_the_page_has_the_four_worked_examples():
 
 @pytest.mark.parametrize("heading", sorted(examples()))
 def test_worked_example_runs(heading, tmp_path, monkeypatch):
-  from primal_jax.models.registry import MODELS
-
   from primal_jax.attention import ATTENTIONS
   from primal_jax.data.registry import TASKS
+  from primal_jax.models.registry import MODELS
   from primal_jax.training.objectives import OBJECTIVES
 
   before = [set(r) for r in (ATTENTIONS, TASKS, MODELS, OBJECTIVES)]
