@@ -28,6 +28,11 @@ glibc malloc the large ones are mapped and unmapped every step, so page faults d
 models' steps. `--allocator=tcmalloc` re-executes the run with tcmalloc preloaded (every variant and every
 memory process alike); the allocator is recorded in the outputs. See `primal_jax.launch.host_allocator`.
 
+Budgets (`--memory_budget_gib`, `--step_budget`): a (variant, N) whose compiled step needs more memory than the
+budget (XLA's buffer assignment, before anything runs) or whose warm-up step takes longer is recorded as not run
+(`"not_run": "memory"|"time"`, with the reason) and the variant is not run at larger N, so a table says so instead of
+leaving the cell out, and a step too large for the machine never starts.
+
 Outputs in `--out`: efficiency.json (everything, `benchmarks.harness` result format),
 efficiency.md (the tables), efficiency.png (log-log time and memory vs N, slopes in the legend).
 """
@@ -217,11 +222,25 @@ def prepare_step(variant: Variant, seq_len: int, args, device: jax.Device, warmu
     compiled, state, batch, args.steps, num_params, compile_seconds, bm.compiled_flops(compiled),
     bm.compiled_memory(compiled),
   )  # fmt: skip
+  need, budget = prepared.memory.get("total_bytes"), getattr(args, "memory_budget_gib", 0.0)
+  if budget and need and need > budget * 2**30:
+    raise NotRun("memory", f"not run: the step needs {need / 2**30:.1f} GiB (XLA) > the {budget:g} GiB budget")
   if warmup_steps:
-    prepared.run(warmup_steps)
+    seconds = prepared.run(warmup_steps) / warmup_steps
     if prepared.error:
       raise RuntimeError(prepared.error)
+    limit = getattr(args, "step_budget", 0.0)
+    if limit and seconds > limit:
+      raise NotRun("time", f"not timed: a warm-up step took {seconds:.0f} s > the {limit:g} s step budget")
   return prepared
+
+
+class NotRun(RuntimeError):
+  """A (variant, N) left out by `--memory_budget_gib` / `--step_budget`; `kind` ("memory", "time") is recorded."""
+
+  def __init__(self, kind: str, message: str):
+    super().__init__(message)
+    self.kind = kind
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -263,6 +282,7 @@ def single_argv(args, variant: str, seq_len: int) -> list[str]:
   argv = [sys.executable, "-m", "benchmarks.efficiency", f"--single={variant}:{seq_len}"]
   argv += [f"--config={args.config}", f"--task={args.task}", f"--batch_size={args.batch_size}"]
   argv += [f"--num_classes={args.num_classes}", f"--seed={args.seed}", f"--memory_steps={args.memory_steps}"]
+  argv += [f"--memory_budget_gib={args.memory_budget_gib}", f"--step_budget={args.step_budget}"]
   argv += [f"--set={k}={v!r}" for k, v in args.set]
   return argv
 
@@ -317,6 +337,14 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument(
     "--allocator", default="system", choices=host_allocator.ALLOCATORS,
     help="host malloc of the whole run (re-executes with it preloaded); tcmalloc speeds CPU steps 1.5-2.5x",
+  )  # fmt: skip
+  parser.add_argument(
+    "--memory_budget_gib", type=float, default=0.0,
+    help="skip (and record) a (variant, N) whose compiled step needs more (XLA's figure); 0: no limit",
+  )  # fmt: skip
+  parser.add_argument(
+    "--step_budget", type=float, default=0.0,
+    help="seconds: a variant whose warm-up step takes longer is recorded as not timed, and skipped at larger N",
   )  # fmt: skip
   parser.add_argument("--out", default=str(DEFAULT_OUT))
   parser.add_argument("--single", default="", help=argparse.SUPPRESS)  # VARIANT:N, internal
@@ -389,12 +417,23 @@ def run_grid(args) -> dict:
   peak_size = args.peak_size or (4096 if accelerator else 2048)
   peak = bm.measure_matmul_peak(peak_size, args.peak_repeats, device=device)
   _log(f"matmul peak: {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak_size}^3 float32 on {device.device_kind})")
-  records = []
+  records, over_budget = [], {}  # variant -> (kind, N) of the first budget it exceeded
   for seq_len, variants in grid:
     prepared: dict[str, PreparedStep] = {}
     for variant in variants:
+      if variant.name in over_budget:  # a larger N costs more: not run, and said so
+        kind, n = over_budget[variant.name]
+        error = f"not run: over the {kind} budget at N={n}"
+        records.append({"variant": variant.name, "seq_len": seq_len, "error": error, "not_run": kind})
+        _log(f"[N={seq_len}] {variant.name}: {error}")
+        continue
       try:
         prepared[variant.name] = prepare_step(variant, seq_len, args, device, args.warmup_steps)
+      except NotRun as err:
+        over_budget[variant.name] = (err.kind, seq_len)
+        records.append({"variant": variant.name, "seq_len": seq_len, "error": str(err), "not_run": err.kind})
+        _log(f"[N={seq_len}] {variant.name}: {err}")
+        continue
       except Exception as err:  # a variant that cannot run at this N (config, memory) must not stop the grid
         records.append({"variant": variant.name, "seq_len": seq_len, "error": f"{type(err).__name__}: {err}"[:500]})
         _log(f"[N={seq_len}] {variant.name}: FAILED {records[-1]['error']}")
