@@ -93,3 +93,16 @@ def test_verify_cli_passes_and_the_textbook_form_would_not(monkeypatch):
 def test_verify_cli_nnx_passes_the_bare_flowformer_layer():
   """`verify --frontend=nnx` exits 0 on the bare causal RL Flowformer layer (once refused)."""
   assert cli.main(["verify", str(BASELINES_DIR / "rl_flowformer_layer.npz"), "--frontend=nnx"]) == 0
+
+
+@pytest.mark.skipif("lra_reformer" not in CASES, reason=SKIP)
+def test_reformer_per_call_mode_with_the_recorded_rotations_reproduces_the_case(monkeypatch):
+  """rotations="per_call" (the release's redraw) still replays given rotations: the golden case, no key needed."""
+  from primal_jax.convert import cases
+
+  def per_call(cfg, lsh=None):
+    name, options = release_attention(cfg, lsh)
+    return name, {**options, "rotations": "per_call"}
+
+  monkeypatch.setattr(cases, "release_attention", per_call)
+  _assert_parity("lra_reformer", "linen")
