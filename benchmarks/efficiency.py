@@ -28,6 +28,11 @@ glibc malloc the large ones are mapped and unmapped every step, so page faults d
 models' steps. `--allocator=tcmalloc` re-executes the run with tcmalloc preloaded (every variant and every
 memory process alike); the allocator is recorded in the outputs. See `primal_jax.launch.host_allocator`.
 
+Budgets (`--memory_budget_gib`, `--step_budget`): a (variant, N) whose compiled step needs more memory than the
+budget (XLA's buffer assignment, before anything runs) or whose warm-up step takes longer is recorded as not run
+(`"not_run": "memory"|"time"`, with the reason) and the variant is not run at larger N, so a table says so instead of
+leaving the cell out, and a step too large for the machine never starts.
+
 Outputs in `--out`: efficiency.json (everything, `benchmarks.harness` result format),
 efficiency.md (the tables), efficiency.png (log-log time and memory vs N, slopes in the legend).
 """
@@ -48,7 +53,7 @@ import jax
 
 from benchmarks.harness import measure as bm
 from benchmarks.harness import process
-from benchmarks.train_step import PreparedStep, Variant, available_variants, parse_override, prepare_step
+from benchmarks.train_step import NotRun, PreparedStep, Variant, available_variants, parse_override, prepare_step
 from experiments.tables import efficiency as tables
 from primal_jax.launch import host_allocator
 
@@ -101,6 +106,7 @@ def single_argv(args, variant: str, seq_len: int) -> list[str]:
   argv = [sys.executable, "-m", "benchmarks.efficiency", f"--single={variant}:{seq_len}"]
   argv += [f"--config={args.config}", f"--task={args.task}", f"--batch_size={args.batch_size}"]
   argv += [f"--num_classes={args.num_classes}", f"--seed={args.seed}", f"--memory_steps={args.memory_steps}"]
+  argv += [f"--memory_budget_gib={args.memory_budget_gib}", f"--step_budget={args.step_budget}"]
   argv += [f"--set={k}={v!r}" for k, v in args.set]
   return argv
 
@@ -155,6 +161,14 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument(
     "--allocator", default="system", choices=host_allocator.ALLOCATORS,
     help="host malloc of the whole run (re-executes with it preloaded); tcmalloc speeds CPU steps 1.5-2.5x",
+  )  # fmt: skip
+  parser.add_argument(
+    "--memory_budget_gib", type=float, default=0.0,
+    help="skip (and record) a (variant, N) whose compiled step needs more (XLA's figure); 0: no limit",
+  )  # fmt: skip
+  parser.add_argument(
+    "--step_budget", type=float, default=0.0,
+    help="seconds: a variant whose warm-up step takes longer is recorded as not timed, and skipped at larger N",
   )  # fmt: skip
   parser.add_argument("--out", default=str(DEFAULT_OUT))
   parser.add_argument("--single", default="", help=argparse.SUPPRESS)  # VARIANT:N, internal
@@ -227,12 +241,23 @@ def run_grid(args) -> dict:
   peak_size = args.peak_size or (4096 if accelerator else 2048)
   peak = bm.measure_matmul_peak(peak_size, args.peak_repeats, device=device)
   _log(f"matmul peak: {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak_size}^3 float32 on {device.device_kind})")
-  records = []
+  records, over_budget = [], {}  # variant -> (kind, N) of the first budget it exceeded
   for seq_len, variants in grid:
     prepared: dict[str, PreparedStep] = {}
     for variant in variants:
+      if variant.name in over_budget:  # a larger N costs more: not run, and said so
+        kind, n = over_budget[variant.name]
+        error = f"not run: over the {kind} budget at N={n}"
+        records.append({"variant": variant.name, "seq_len": seq_len, "error": error, "not_run": kind})
+        _log(f"[N={seq_len}] {variant.name}: {error}")
+        continue
       try:
         prepared[variant.name] = prepare_step(variant, seq_len, args, device, args.warmup_steps)
+      except NotRun as err:
+        over_budget[variant.name] = (err.kind, seq_len)
+        records.append({"variant": variant.name, "seq_len": seq_len, "error": str(err), "not_run": err.kind})
+        _log(f"[N={seq_len}] {variant.name}: {err}")
+        continue
       except Exception as err:  # a variant that cannot run at this N (config, memory) must not stop the grid
         records.append({"variant": variant.name, "seq_len": seq_len, "error": f"{type(err).__name__}: {err}"[:500]})
         _log(f"[N={seq_len}] {variant.name}: FAILED {records[-1]['error']}")

@@ -156,8 +156,22 @@ def prepare_step(variant: Variant, seq_len: int, args, device: jax.Device, warmu
     compiled, state, batch, args.steps, num_params, compile_seconds, bm.compiled_flops(compiled),
     bm.compiled_memory(compiled),
   )  # fmt: skip
+  need, budget = prepared.memory.get("total_bytes"), getattr(args, "memory_budget_gib", 0.0)
+  if budget and need and need > budget * 2**30:
+    raise NotRun("memory", f"not run: the step needs {need / 2**30:.1f} GiB (XLA) > the {budget:g} GiB budget")
   if warmup_steps:
-    prepared.run(warmup_steps)
+    seconds = prepared.run(warmup_steps) / warmup_steps
     if prepared.error:
       raise RuntimeError(prepared.error)
+    limit = getattr(args, "step_budget", 0.0)
+    if limit and seconds > limit:
+      raise NotRun("time", f"not timed: a warm-up step took {seconds:.0f} s > the {limit:g} s step budget")
   return prepared
+
+
+class NotRun(RuntimeError):
+  """A (variant, N) left out by `--memory_budget_gib` / `--step_budget`; `kind` ("memory", "time") is recorded."""
+
+  def __init__(self, kind: str, message: str):
+    super().__init__(message)
+    self.kind = kind

@@ -36,11 +36,9 @@ SKIP = f"golden folder {BASELINES_DIR} not found (set PRIMAL_JAX_REFERENCE_DIR t
 CASE_PARAMS = CASES or [pytest.param(None, marks=pytest.mark.skip(reason=SKIP))]
 
 
-@pytest.mark.parametrize("name", CASE_PARAMS)
-def test_release_baseline_case_parity(name):
-  """Every golden output is computed; floats within 1e-5 relative, bucket ids and sort order exact."""
+def _assert_parity(name: str, frontend: str) -> None:
   case = load_case(str(BASELINES_DIR / f"{name}.npz"))
-  ours = run_case(case)
+  ours = run_case(case, frontend)
   assert set(ours) == set(case.outputs), (sorted(ours), sorted(case.outputs))
   errors = relative_errors(case, ours)
   for key, golden in case.outputs.items():
@@ -49,7 +47,21 @@ def test_release_baseline_case_parity(name):
       np.testing.assert_array_equal(ours[key], golden, err_msg=f"{name}/{key}")
     else:
       assert np.all(np.isfinite(ours[key])), f"{name}/{key}"
-      assert errors[key] <= TOL, f"{name}/{key}: max rel err {errors[key]:.3e}"
+      assert errors[key] <= TOL, f"{name}/{key} ({frontend}): max rel err {errors[key]:.3e}"
+
+
+@pytest.mark.parametrize("name", CASE_PARAMS)
+def test_release_baseline_case_parity(name):
+  """Every golden output is computed; floats within 1e-5 relative, bucket ids and sort order exact."""
+  _assert_parity(name, "linen")
+
+
+@pytest.mark.parametrize("name", CASE_PARAMS)
+def test_release_baseline_case_parity_through_nnx(name):
+  """The same through the NNX layers (`verify --frontend=nnx`), at the same tolerances: the layers carry the
+  release's random state (Performer's features, Reformer's rotations) as `RandomState` Variables, and the bare
+  causal RL Flowformer layer runs as its NNX layer."""
+  _assert_parity(name, "nnx")
 
 
 @pytest.mark.skipif(not CASES, reason=SKIP)
@@ -77,12 +89,20 @@ def test_verify_cli_passes_and_the_textbook_form_would_not(monkeypatch):
   assert relative_errors(case, run_case(case))["logits"] > 1e-2
 
 
-@pytest.mark.skipif("lra_performer" not in CASES, reason=SKIP)
-def test_nnx_frontend_refuses_the_cases_it_cannot_replay():
-  """verify --frontend=nnx on a case with release random state (or the bare RL Flowformer layer) is one clear
-  error, not outputs off by 4e-2 (Performer) to 8e-1 (Reformer) that read as a wrong port."""
-  from primal_jax.errors import ConfigError
+@pytest.mark.skipif("rl_flowformer_layer" not in CASES, reason=SKIP)
+def test_verify_cli_nnx_passes_the_bare_flowformer_layer():
+  """`verify --frontend=nnx` exits 0 on the bare causal RL Flowformer layer (once refused)."""
+  assert cli.main(["verify", str(BASELINES_DIR / "rl_flowformer_layer.npz"), "--frontend=nnx"]) == 0
 
-  for name in ("lra_performer", "lra_reformer", "rl_flowformer_layer"):
-    with pytest.raises(ConfigError, match="frontend 'nnx' cannot replay"):
-      run_case(load_case(str(BASELINES_DIR / f"{name}.npz")), frontend="nnx")
+
+@pytest.mark.skipif("lra_reformer" not in CASES, reason=SKIP)
+def test_reformer_per_call_mode_with_the_recorded_rotations_reproduces_the_case(monkeypatch):
+  """rotations="per_call" (the release's redraw) still replays given rotations: the golden case, no key needed."""
+  from primal_jax.convert import cases
+
+  def per_call(cfg, lsh=None):
+    name, options = release_attention(cfg, lsh)
+    return name, {**options, "rotations": "per_call"}
+
+  monkeypatch.setattr(cases, "release_attention", per_call)
+  _assert_parity("lra_reformer", "linen")

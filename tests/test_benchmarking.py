@@ -257,3 +257,47 @@ def test_git_commit_is_this_checkouts_head_unless_named(monkeypatch):
   assert process.git_commit() == (head.stdout.strip() or None)
   monkeypatch.setenv("PRIMAL_JAX_COMMIT", "0123abc")
   assert process.git_commit() == "0123abc"
+
+
+def test_budgets_record_what_was_not_run_and_the_docs_table_says_so(efficiency, tmp_path, monkeypatch):
+  """A (variant, N) over a budget is a record with `not_run` and its reason, the variant is skipped at larger N
+  (recorded too), and the generated docs table names the cell instead of leaving it blank."""
+  from experiments.tables import efficiency as tables
+
+  class Fake(efficiency.PreparedStep):
+    def run(self, steps=None):
+      return 0.01
+
+    def loss(self):
+      return 0.0
+
+  def prepare(variant, seq_len, args, device, warmup_steps):
+    if variant.name == "softmax" and seq_len == 128:
+      raise efficiency.NotRun("memory", "not run: the step needs 24.5 GiB (XLA) > the 10 GiB budget")
+    return Fake(None, None, None, 1, 1, 0.0, 1e6 * seq_len, {"total_bytes": seq_len * 1024})
+
+  monkeypatch.setattr(efficiency, "prepare_step", prepare)
+  args = efficiency.parse_args(
+    ["--variants=softmax,linear", "--lengths=64", "--long_lengths=128,256", "--quadratic=", "--no-rss",
+     "--peak_size=64", "--peak_repeats=1", "--steps=1", "--repeats=1"]
+  )  # fmt: skip
+  results = efficiency.run_grid(args)
+  found = {(r["variant"], r["seq_len"]): r for r in results["records"]}
+  assert found["softmax", 128]["not_run"] == "memory" and "24.5 GiB" in found["softmax", 128]["error"]
+  assert found["softmax", 256] == {
+    "variant": "softmax", "seq_len": 256, "error": "not run: over the memory budget at N=128", "not_run": "memory"
+  }  # fmt: skip
+  assert all("error" not in found["linear", n] for n in (64, 128, 256)) and "error" not in found["softmax", 64]
+  efficiency.write_outputs(results, tmp_path / "run")
+  monkeypatch.setattr(tables, "BENCHMARK_RESULTS", tmp_path)
+  table = tables.docs_table("run", tmp_path)
+  softmax_row = next(line for line in table.splitlines() if line.startswith("| softmax |"))
+  assert softmax_row.count("over memory budget") == 2
+
+
+def test_memory_budget_refuses_before_running(efficiency):
+  args = efficiency.parse_args(["--set=model.attention.primal.rank_multi=2", "--memory_budget_gib=1e-6"])
+  variant = efficiency.available_variants()["softmax"]
+  with pytest.raises(efficiency.NotRun, match="the step needs .* GiB \\(XLA\\) > the 1e-06 GiB budget") as err:
+    efficiency.prepare_step(variant, 64, args, jax.devices()[0], warmup_steps=1)
+  assert err.value.kind == "memory"

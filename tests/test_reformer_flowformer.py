@@ -16,7 +16,7 @@ import pytest
 from attention_utils import normal, padding_mask, random_params, to_numpy
 
 from primal_jax.attention import get_attention
-from primal_jax.attention.baselines import RANDOM_STATE_COLLECTION
+from primal_jax.attention.baselines import RANDOM_STATE_COLLECTION, REDRAW_RNG
 from primal_jax.attention.baselines.reformer import default_num_buckets
 
 # Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
@@ -151,6 +151,30 @@ def test_reformer_seeded_rotations_are_deterministic_and_replaceable():
   np.testing.assert_array_equal(fed, a)
   with pytest.raises(ValueError, match="rotations must have shape"):
     module.apply({"params": params, RANDOM_STATE_COLLECTION: {"rotations": rot[..., :1]}}, x)
+
+
+def test_reformer_per_call_rotations_redraw_from_the_redraw_stream():
+  """rotations="per_call" (the release's redraw): two calls with different "redraw" keys differ, the same key
+  gives the same output; "seeded" gives the same output at every call; given rotations win in both modes."""
+  x = normal(4, (B, 16, D))
+  module = _reformer(chunk_length=4, rotations="per_call")
+  params = random_params(module, x)  # init draws from the "params" key (Flax's fallback)
+  first, second, again = (module.apply({"params": params}, x, rngs={REDRAW_RNG: jax.random.key(k)}) for k in (1, 2, 1))
+  assert ref.rel_err(second, first) > 1e-3
+  np.testing.assert_array_equal(again, first)
+  # Two calls in one apply draw two sets (as the release's two consecutive forwards do).
+  twice = module.apply({"params": params}, x, rngs={REDRAW_RNG: jax.random.key(1)}, method=lambda m, x: (m(x), m(x)))
+  assert ref.rel_err(twice[1], twice[0]) > 1e-3
+  seeded = _reformer(chunk_length=4)
+  a, b = (seeded.apply({"params": params}, x, rngs={REDRAW_RNG: jax.random.key(k)}) for k in (1, 2))
+  np.testing.assert_array_equal(a, b)
+  rot = np.asarray(jax.random.normal(jax.random.key(0), (H, P, 2, default_num_buckets(16, 4) // 2)))
+  given = module.apply({"params": params, RANDOM_STATE_COLLECTION: {"rotations": rot}}, x)  # no key needed
+  np.testing.assert_array_equal(given, a)  # hash_seed 0 draws these rotations
+  with pytest.raises(ValueError, match="'redraw' RNG"):
+    module.apply({"params": params}, x)
+  with pytest.raises(ValueError, match="rotations must be one of"):
+    _reformer(chunk_length=4, rotations="fixed").apply({"params": params}, x)
 
 
 def test_reformer_short_sequences_use_full_attention_with_self_mask():

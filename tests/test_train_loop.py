@@ -24,7 +24,7 @@ from primal_jax.training.checkpointing.checkpointer import Checkpointer, Checkpo
 from primal_jax.training.loop import TrainingError, evaluate, load_state, train_and_evaluate
 from primal_jax.training.metrics import read_metrics
 
-CONFIG = Path(__file__).resolve().parents[1] / "primal_jax" / "tasks" / "uea" / "config.py"  # by path, as a user's own file
+CONFIG = Path(__file__).resolve().parents[1] / "primal_jax" / "tasks" / "uea" / "config.py"  # by path, a user file
 
 
 @pytest.fixture(scope="module")

@@ -161,14 +161,19 @@ def _seconds(value: float) -> str:
   return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
+NOT_RUN = {"memory": "over memory budget", "time": "over time budget"}
+
+
 def docs_table(name: str, base: Path) -> str:
   """The docs table `benchmark:<dir>`: seconds per 1,000 steps, memory and slopes of benchmarks/results/<dir>/."""
   folder = BENCHMARK_RESULTS / name
   results = load_results(folder / "efficiency.json")
   meta, reference = results["meta"], results["meta"].get("reference", "softmax")
   records = [r for r in results["records"] if not r.get("error")]
-  lengths = sorted({r["seq_len"] for r in records})
-  variants = list(dict.fromkeys(r["variant"] for r in records))
+  # A (variant, N) the run could not time is a cell saying why (efficiency.py's budgets), never a gap.
+  failed = {(r["variant"], r["seq_len"]): r.get("not_run", "failed") for r in results["records"] if r.get("error")}
+  lengths = sorted({r["seq_len"] for r in results["records"]})
+  variants = list(dict.fromkeys(r["variant"] for r in results["records"]))
   # Memory at the longest N that every variant ran, so the column compares like with like.
   shared = [n for n in lengths if all(any(r["seq_len"] == n and r["variant"] == v for r in records) for v in variants)]
   mem_n = max(shared or lengths)
@@ -187,7 +192,11 @@ def docs_table(name: str, base: Path) -> str:
     row = [variant]
     for n in lengths:
       rec = value.get((variant, n))
-      row.append("-" if rec is None else _seconds(rec["sec_per_1k_steps"]) + ratio(variant, n, "sec_per_1k_steps"))
+      if rec is not None:
+        row.append(_seconds(rec["sec_per_1k_steps"]) + ratio(variant, n, "sec_per_1k_steps"))
+      else:
+        not_run = failed.get((variant, n))
+        row.append(NOT_RUN.get(not_run, "failed") if not_run else "-")
     rec = value.get((variant, mem_n))
     mem = None if rec is None else metric_value(rec, "xla_memory.total_bytes")
     row.append("-" if mem is None else f"{mem / MIB:,.0f}" + ratio(variant, mem_n, "xla_memory.total_bytes"))

@@ -110,6 +110,11 @@ class AttentionShell(nn.Module):
   def validate(self) -> None:
     """Checks of the mechanism's own attributes; subclasses extend it (called on every call)."""
 
+  def rng_streams(self) -> tuple[str, ...]:
+    """RNG streams, besides "dropout", that a call of this layer (with these options) draws keys from; the NNX
+    layer (`primal_jax.nnx`) passes them on. None by default (Reformer's rotations="per_call": "redraw")."""
+    return ()
+
   def attend(
     self,
     q: jax.Array,

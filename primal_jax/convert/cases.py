@@ -216,8 +216,6 @@ def run_case(case: ReferenceCase, frontend: str = "linen") -> dict[str, np.ndarr
   module_class = case.meta.get("torch_module", {}).get("class", "").split(" ")[0]
   if module_class not in RUNNERS:
     raise ValueError(f"case {case.name!r}: unsupported module class {module_class!r}; known: {tuple(RUNNERS)}")
-  if frontend == "nnx":
-    _check_nnx_supported(case, module_class)
   try:
     if frontend == "nnx":
       from primal_jax.nnx.convert import through_nnx  # imported only when asked for
@@ -231,18 +229,6 @@ def run_case(case: ReferenceCase, frontend: str = "linen") -> dict[str, np.ndarr
   except ScopeParamShapeError as err:
     raise _wrong_shape(case, str(err)) from err
   return {k: np.asarray(v) for k, v in outputs.items()}
-
-
-def _check_nnx_supported(case: ReferenceCase, module_class: str) -> None:
-  """The NNX substitution runs a model's layers from their attributes and parameters only: a baseline case that
-  feeds release random state (`random_state`: Performer's features, Reformer's rotations) or calls a layer
-  outside a model (the RL Flowformer layer) cannot go through it; refused instead of failing by 1e-1."""
-  baseline = release_attention(case.meta.get("config", {})) if module_class == "ModelForSC" else None
-  if module_class == "Flowformer_attention" or (baseline and baseline[0] in ("performer", "reformer")):
-    raise ConfigError(
-      f"case {case.name!r}: frontend 'nnx' cannot replay this baseline case (release random state or a bare "
-      "layer); use frontend 'linen'"
-    )
 
 
 _SHAPE_ERROR = re.compile(r'parameter "(\w+)" in "([^"]*)".*generate shape (\([\d, ]*\)).*has shape (\([\d, ]*\))')

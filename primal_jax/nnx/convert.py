@@ -19,6 +19,7 @@ from typing import Any
 from flax import linen as nn
 from flax import nnx
 
+from primal_jax.attention.baselines.common import RANDOM_STATE_COLLECTION
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.ksvd import KSVD_COLLECTION
 from primal_jax.nnx.registry import nnx_class
@@ -27,15 +28,20 @@ from primal_jax.nnx.trees import assign, to_tree
 
 
 def linen_variables(layer: Attention) -> dict[str, Any]:
-  """`{"params": ...}` of the NNX layer, for its Linen class's `apply` (plus "cache" once initialised)."""
+  """`{"params": ...}` of the NNX layer, for its Linen class's `apply` (plus "cache" once initialised, and
+  "random_state" where the layer holds one)."""
   variables = {"params": layer.params_tree()}
   if layer.cache is not None:
     variables["cache"] = to_tree(layer.cache)
+  if layer.random_state is not None:
+    variables[RANDOM_STATE_COLLECTION] = to_tree(layer.random_state)
   return variables
 
 
 def load_linen_variables(layer: Attention, variables: dict[str, Any]) -> Attention:
   """Writes a Linen layer's `{"params": ...}` (boxed or plain) into the NNX layer, in place; returns it.
+
+  A "random_state" collection in `variables` becomes the layer's random state (`Attention.set_random_state`).
 
   Raises ValueError naming a parameter that is missing, extra or of another shape.
   """
@@ -52,12 +58,16 @@ def load_linen_variables(layer: Attention, variables: dict[str, Any]) -> Attenti
       assign(nnx.Dict({"_": node}), {"_": params[key]}, f"{name} params/{key}")
     else:
       assign(node, params[key], f"{name} params/{key}")
+  if RANDOM_STATE_COLLECTION in variables:
+    layer.set_random_state(variables[RANDOM_STATE_COLLECTION])
   return layer
 
 
 def to_linen(layer: Attention) -> tuple[AttentionShell, dict[str, Any]]:
   """(the Linen layer, its variables): `module.apply(variables, x, ...)` equals `layer(x, ...)`."""
-  return layer.linen_layer(causal=layer.causal, decode=False), {"params": layer.params_tree()}
+  variables = linen_variables(layer)
+  variables.pop("cache", None)
+  return layer.linen_layer(causal=layer.causal, decode=False), variables
 
 
 def from_linen(
@@ -66,7 +76,8 @@ def from_linen(
   """The NNX layer of a Linen attention `module` with its `variables` ({"params": ...}).
 
   `in_features` is the width of the inputs (Linen infers it on the first call); `kwargs` go to the NNX
-  constructor (e.g. `in_kv_features`, `keep_rngs`). `module.causal` becomes the default of `is_causal`.
+  constructor (e.g. `in_kv_features`, `keep_rngs`). `module.causal` becomes the default of `is_causal`; a
+  "random_state" collection in `variables` the layer's random state.
   """
   fields = {f.name: getattr(module, f.name) for f in dataclasses.fields(module) if f.name not in ("parent", "name")}
   shell = {k: fields.pop(k) for k in list(fields) if k in SHELL_ARGS}
@@ -92,8 +103,10 @@ def _replace(_, value):
 def through_nnx():
   """Within the block, every `AttentionShell.__call__` of a Linen model runs as its NNX layer.
 
-  The NNX layer is built from the Linen layer's options and current parameters; its KSVD terms and
-  intermediates are sown back into the Linen layer's collections, so the model's code is unchanged.
+  The NNX layer is built from the Linen layer's options, current parameters and random state (the
+  `random_state` collection: Performer's features, Reformer's rotations); keys of the RNG streams it draws from
+  at every call (`rng_streams`) come from the Linen call's streams; its KSVD terms and intermediates are sown
+  back into the Linen layer's collections, so the model's code is unchanged.
   Yields a `Substitutions` counter.
   """
   done = Substitutions()
@@ -122,13 +135,15 @@ def through_nnx():
     sow_weights = kwargs.pop("sow_weights", False)
     dropout_rng = kwargs.pop("dropout_rng", None)
     kv_width = None if inputs_k is None else inputs_k.shape[-1]
-    layer = from_linen(
-      module.clone(parent=None, decode=False),
-      {"params": module.variables["params"]},
-      inputs_q.shape[-1],
-      in_kv_features=kv_width,
-    )
-    rngs = None if dropout_rng is None else nnx.Rngs(dropout=dropout_rng)
+    variables = {k: v for k, v in module.variables.items() if k in ("params", RANDOM_STATE_COLLECTION)}
+    # keep_rngs=False: every key comes from the Linen call's streams (a missing one is refused as Linen refuses it).
+    clone = module.clone(parent=None, decode=False)
+    layer = from_linen(clone, variables, inputs_q.shape[-1], in_kv_features=kv_width, keep_rngs=False)
+    streams = (*module.rng_streams(), *(("dropout",) if dropout_rng is None and module.dropout_rate > 0 else ()))
+    keys = {s: module.make_rng(s) for s in streams if module.has_rng(s)}
+    if dropout_rng is not None:
+      keys["dropout"] = dropout_rng
+    rngs = nnx.Rngs(**keys) if keys else None
 
     def call(layer):
       return layer(inputs_q, inputs_k, inputs_v, sow_weights=True, rngs=rngs, is_causal=module.causal, **kwargs)

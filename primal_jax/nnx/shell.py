@@ -10,7 +10,10 @@ the NNX and Linen layers agree to the last bit on the same weights, and a Linen 
 parameters are the NNX layer's state (`primal_jax.nnx.convert`).
 
 NNX-only: the constructor (eager initialisation from `rngs`, with `in_features`), the per-call `is_causal`
-and `decode`, `init_cache`, dropout keys from `nnx.Rngs`, and where the collections live.
+and `decode`, `init_cache`, dropout keys from `nnx.Rngs`, and where the collections live. Random state a
+mechanism replays (Performer's feature matrix, Reformer's rotations: the Linen `random_state` collection) is a
+`RandomState` Variable (not an `nnx.Param`: never trained); keys a mechanism draws at every call (Reformer's
+rotations="per_call": the "redraw" stream) come from `nnx.Rngs` like the dropout keys.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from primal_jax.attention.baselines.common import RANDOM_STATE_COLLECTION
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.ksvd import KSVD_COLLECTION, collect_terms
 from primal_jax.nnx.ksvd import KSVDVariable
@@ -55,6 +59,12 @@ SHELL_ARGS = frozenset(
 PROJECTIONS = ("query", "key", "value")
 
 
+class RandomState(nnx.Variable):
+  """Random state a layer replays instead of drawing it (the Linen `random_state` collection): Performer's
+  "projection" [m, p], Reformer's "rotations" [H, p, R, nb / 2]. Not a parameter: optimisers over `nnx.Param`
+  leave it alone."""
+
+
 def _first(*values, default=None):
   return next((v for v in values if v is not None), default)
 
@@ -74,6 +84,9 @@ class Attention(nnx.Module):
   Args:
     causal: the default of the call's `is_causal` (for the causal layer of a decoder block that passes a
       causal mask, as `nnx.MultiHeadAttention` decoders do).
+    random_state: the Linen `random_state` collection of the layer (e.g. `{"rotations": R}`), held as
+      `RandomState` Variables and used at every call in place of the mechanism's own draw; `set_random_state`
+      replaces it.
     init_length: the sequence length of the example input that initialises the parameters (default: the
       first of 1 and the layer's integer options that the mechanism accepts, e.g. Nystromformer's
       `num_landmarks`); no parameter depends on it.
@@ -112,6 +125,7 @@ class Attention(nnx.Module):
     bias_metadata: Mapping[str, Any] = MappingProxyType({}),
     out_bias_metadata: Mapping[str, Any] = MappingProxyType({}),
     causal: bool = False,
+    random_state: Mapping[str, Any] | None = None,
     init_length: int | None = None,
     **options: Any,
   ):
@@ -168,7 +182,16 @@ class Attention(nnx.Module):
         raise ValueError(f"{name}: the Linen parameter {key!r} clashes with an attribute of the NNX layer")
       setattr(self, key, params[key])
     self.rngs = rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else None
+    streams = self.linen_layer().rng_streams()
+    self.stream_rngs = nnx.Dict({s: rngs[s].fork() for s in streams if _has_stream(rngs, s)}) if keep_rngs else None
     self.cache: nnx.Dict | None = nnx.data(None)
+    self.random_state: nnx.Dict | None = nnx.data(None)
+    if random_state is not None:
+      self.set_random_state(random_state)
+
+  def set_random_state(self, tree: Mapping[str, Any] | None) -> None:
+    """Replaces the layer's random state (a Linen `random_state` collection; None: the mechanism draws its own)."""
+    self.random_state = None if tree is None else to_variables(tree, RandomState)
 
   def linen_layer(self, *, causal: bool = False, decode: bool = False) -> AttentionShell:
     """The (unbound) Linen layer this NNX layer applies: the same class, options and weights layout."""
@@ -181,7 +204,8 @@ class Attention(nnx.Module):
       q = jnp.zeros((1, length, self.in_features), jnp.float32)
       k = None if self.in_kv_features == self.in_features else jnp.zeros((1, length, self.in_kv_features))
       try:
-        return self.linen_layer().init({"params": key, "dropout": key}, q, k, deterministic=True)
+        layer = self.linen_layer(causal=self.causal)  # a causal-only form (the release's RL Flowformer) too
+        return layer.init({"params": key, "dropout": key}, q, k, deterministic=True)
       except ValueError as err:
         errors.append(err)
     raise errors[0]
@@ -216,7 +240,8 @@ class Attention(nnx.Module):
         honours it or refuses it with a ValueError, as its Linen layer does.
       deterministic: disables dropout (default: the attribute; required when dropout_rate > 0).
       rngs: dropout keys (an `nnx.Rngs`, whose `dropout` stream is used, or a stream); default the
-        constructor's.
+        constructor's. The keys a mechanism draws at every call (`rng_streams`, e.g. "redraw") come from
+        the `nnx.Rngs` stream of that name, else from the constructor's.
       sow_weights: sow what the Linen layer puts in `intermediates` (attention weights, Primal's e/r
         scores) as `nnx.Intermediate`s.
       decode: decode from the cache `init_cache` made (default: the attribute); the layer is causal then.
@@ -234,6 +259,12 @@ class Attention(nnx.Module):
     deterministic, dropout_key = self._dropout_key(deterministic, rngs)
     causal = bool(_first(is_causal, default=self.causal)) or decode
     variables, mutable = {"params": self.params_tree()}, ["intermediates"] if sow_weights else []
+    if self.random_state is not None:
+      variables[RANDOM_STATE_COLLECTION] = to_tree(self.random_state)
+    layer = self.linen_layer(causal=causal, decode=decode)
+    keys = self._stream_keys(layer, rngs)
+    if dropout_key is not None:
+      keys["dropout"] = dropout_key
     if decode:
       if self.cache is None:
         raise ValueError(f"{name}: decode=True needs a cache: call init_cache(input_shape) first")
@@ -241,7 +272,7 @@ class Attention(nnx.Module):
       mutable.append("cache")
     else:
       mutable.append(KSVD_COLLECTION)
-    out, updates = self.linen_layer(causal=causal, decode=decode).apply(
+    out, updates = layer.apply(
       variables,
       inputs_q,
       inputs_k,
@@ -249,7 +280,7 @@ class Attention(nnx.Module):
       mask=mask,
       deterministic=deterministic,
       sow_weights=sow_weights,
-      rngs=None if dropout_key is None else {"dropout": dropout_key},
+      rngs=keys or None,
       mutable=mutable,
     )
     if decode:
@@ -264,6 +295,20 @@ class Attention(nnx.Module):
       for value in values:
         self.sow(nnx.Intermediate, "_".join(path), value)
     return out
+
+  def _stream_keys(self, layer: AttentionShell, rngs) -> dict[str, jax.Array]:
+    keys = {}
+    for stream in layer.rng_streams():
+      if isinstance(rngs, nnx.Rngs) and _has_stream(rngs, stream):
+        keys[stream] = rngs[stream]()
+      elif self.stream_rngs is not None and stream in self.stream_rngs:
+        keys[stream] = self.stream_rngs[stream]()
+      elif self.random_state is None:  # given random state needs no key
+        raise ValueError(
+          f"{type(self).__name__}: these options draw from the {stream!r} RNG stream at every call: pass "
+          f"rngs=nnx.Rngs({stream}=...) to the call or the constructor (keep_rngs=True)"
+        )
+    return keys
 
   def _dropout_key(self, deterministic, rngs) -> tuple[bool, jax.Array | None]:
     if self.dropout_rate <= 0.0:
@@ -303,6 +348,15 @@ class Attention(nnx.Module):
           raise TypeError("'batch_size' and 'max_length' must be provided when initializing the cache")
         batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
         self.init_cache((*batch, max_length, self.in_features), self.dtype or jnp.float32)
+
+
+def _has_stream(rngs: nnx.Rngs, name: str) -> bool:
+  """Whether `rngs[name]` gives keys (the stream itself or nnx's "default" fallback)."""
+  try:
+    rngs[name]
+  except KeyError:
+    return False
+  return True
 
 
 def _plain(init, found: dict, key: str):

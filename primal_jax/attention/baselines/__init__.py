@@ -4,7 +4,13 @@ Each is a pure function on [B, H, N, p] arrays plus a thin Linen module that
 adds the query/key/value and output projections (`BaselineAttention`).
 """
 
-from primal_jax.attention.baselines.common import FORMS, RANDOM_STATE_COLLECTION, BaselineAttention, padding_masks
+from primal_jax.attention.baselines.common import (
+  FORMS,
+  RANDOM_STATE_COLLECTION,
+  REDRAW_RNG,
+  BaselineAttention,
+  padding_masks,
+)
 from primal_jax.attention.baselines.cosformer import CosformerAttention, cosformer_attention, cosformer_features
 from primal_jax.attention.baselines.flowformer import FlowformerAttention, causal_flow_attention, flow_attention
 from primal_jax.attention.baselines.linear import (
@@ -37,6 +43,7 @@ from primal_jax.attention.baselines.yoso import YosoAttention, collision_probabi
 __all__ = [
   "FORMS",
   "RANDOM_STATE_COLLECTION",
+  "REDRAW_RNG",
   "yoso_expectation",
   "collision_probability",
   "YosoAttention",

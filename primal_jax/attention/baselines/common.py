@@ -26,6 +26,9 @@ FORMS = ("paper", "release")
 # Optional variable collection holding random state a layer would otherwise draw from its seed (Performer's
 # features, Reformer's rotations): `apply({"params": ..., RANDOM_STATE_COLLECTION: ...})` replays a recorded draw.
 RANDOM_STATE_COLLECTION = "random_state"
+# RNG stream a layer redraws its random state from at every call when asked to (Reformer's
+# rotations="per_call", the release's behaviour): `apply(..., rngs={REDRAW_RNG: key})`.
+REDRAW_RNG = "redraw"
 
 
 def compute_dtype(dtype) -> Any:

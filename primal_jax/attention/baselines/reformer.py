@@ -22,10 +22,11 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from primal_jax.attention.baselines.common import BaselineAttention, compute_dtype, random_state
-from primal_jax.validation import check_positive
+from primal_jax.attention.baselines.common import REDRAW_RNG, BaselineAttention, compute_dtype, random_state
+from primal_jax.validation import check_choice, check_positive
 
 MASK_VALUE, SELF_MASK_VALUE = -1e9, -1e5  # Hugging Face's float32 mask values
+ROTATIONS = ("seeded", "per_call")
 LEN_NORM_EPS = 1e-6
 
 
@@ -167,9 +168,13 @@ class ReformerAttention(BaselineAttention):
       be a multiple of it. N <= chunk_length runs full attention with the self-mask, as HF does.
     num_chunks_before, num_chunks_after: neighbouring chunks each chunk attends to (1, 0).
     num_buckets: nb, even; None chooses HF's rule from N (`default_num_buckets`).
-    hash_seed: the rotations [H, p, R, nb / 2] are N(0, 1) drawn from this seed (fixed across calls, so
-      runs are deterministic; the release redraws them at every call). A `random_state` entry "rotations"
-      of that shape replaces the draw (the golden cases record the release's).
+    rotations: where the rotations [H, p, R, nb / 2] (N(0, 1)) come from. "seeded" (default): drawn from
+      `hash_seed`, the same at every call. "per_call": new ones at every call, as the release draws them
+      (`hash_seed=None` in Hugging Face's layer), from the "redraw" RNG stream (`common.REDRAW_RNG`:
+      `apply(..., rngs={"redraw": key})`; the NNX layer keeps the stream), so a run is deterministic given
+      its key. In both modes a `random_state` entry "rotations" of that shape is used instead (given
+      rotations: the golden cases replay the release's).
+    hash_seed: the seed of rotations="seeded".
     The rest: see `BaselineAttention`; causal=True attends within buckets exactly (module doc). The
     bucket ids and the sort order are sown in `intermediates` ("buckets", "sorted_bucket_idx").
   """
@@ -179,12 +184,17 @@ class ReformerAttention(BaselineAttention):
   num_chunks_before: int = 1
   num_chunks_after: int = 0
   num_buckets: int | None = None
+  rotations: str = "seeded"
   hash_seed: int = 0
 
   supports_causal: ClassVar[bool] = True
   self_attention_only: ClassVar[bool] = True
 
+  def rng_streams(self) -> tuple[str, ...]:
+    return (REDRAW_RNG,) if self.rotations == "per_call" else ()
+
   def validate(self):
+    check_choice(self.rotations, ROTATIONS, "rotations")
     check_positive(self.num_hashes, "num_hashes")
     check_positive(self.chunk_length, "chunk_length")
     for name in ("num_chunks_before", "num_chunks_after"):
@@ -207,9 +217,7 @@ class ReformerAttention(BaselineAttention):
       return bucket_attention(q, v, None, key_valid)
     nb = self.num_buckets or default_num_buckets(n, self.chunk_length)
     shape = (h, p, self.num_hashes, nb // 2)
-    rotations = random_state(
-      self, "rotations", shape, lambda: jax.random.normal(jax.random.key(self.hash_seed), shape, jnp.float32)
-    )
+    rotations = random_state(self, "rotations", shape, lambda: self._draw_rotations(shape))
     if self.causal:
       buckets, _ = lsh_buckets(q.astype(compute_dtype(q.dtype)), rotations, key_valid)
       self._sow_hashing(buckets, None)
@@ -225,6 +233,16 @@ class ReformerAttention(BaselineAttention):
     )
     self._sow_hashing(buckets, order)
     return out
+
+  def _draw_rotations(self, shape: tuple[int, ...]) -> jax.Array:
+    if self.rotations == "seeded":
+      return jax.random.normal(jax.random.key(self.hash_seed), shape, jnp.float32)
+    if not (self.is_initializing() or self.has_rng(REDRAW_RNG)):  # init may fall back to the "params" key
+      raise ValueError(
+        f"ReformerAttention(rotations='per_call') draws its rotations at every call from the {REDRAW_RNG!r} RNG "
+        f"stream: pass rngs={{{REDRAW_RNG!r}: key}} to apply (or give them in the random_state collection)"
+      )
+    return jax.random.normal(self.make_rng(REDRAW_RNG), shape, jnp.float32)
 
   def _sow_hashing(self, buckets, order):
     if self.is_initializing():
