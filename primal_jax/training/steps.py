@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from primal_jax.attention.baselines.common import REDRAW_RNG
 from primal_jax.ksvd import KSVD_COLLECTION, KSVDSpec, check_eta, ksvd_loss_per_sample, resolve_spec
 from primal_jax.models.registry import BuiltModel
 from primal_jax.training.objectives import Objective, get_objective
@@ -42,6 +43,20 @@ def example_weights(weight: jax.Array) -> jax.Array:
   return (jnp.sum(weight.reshape(weight.shape[0], -1), axis=-1) > 0).astype(jnp.float32)
 
 
+# A layer may draw at every call besides dropout: Reformer's rotations="per_call" (the release's redraw) from the
+# REDRAW_RNG stream. Evaluation draws from a fixed key, so it is deterministic (the same rotations for every eval
+# batch of every evaluation).
+EVAL_REDRAW_SEED = 0
+
+
+def step_rngs(rng, train: bool) -> dict:
+  """The `rngs` of one batch's apply: dropout and the per-call redraw from the step key when training, a fixed
+  redraw key at evaluation."""
+  if train:
+    return {"dropout": rng, REDRAW_RNG: jax.random.fold_in(rng, 1)}
+  return {REDRAW_RNG: jax.random.PRNGKey(EVAL_REDRAW_SEED)}
+
+
 def batch_terms(
   built: BuiltModel, objective: Objective, params, model_state, batch, rng, *, spec: KSVDSpec, train: bool
 ) -> tuple[dict[str, jax.Array], dict]:
@@ -54,7 +69,7 @@ def batch_terms(
   mutable = [KSVD_COLLECTION, *model_state.keys()] if train else [KSVD_COLLECTION]
   inputs = [batch[k] for k in built.input_keys]
   outputs, new_vars = built.module.apply(
-    variables, *inputs, deterministic=not train, rngs={"dropout": rng} if train else None, mutable=mutable
+    variables, *inputs, deterministic=not train, rngs=step_rngs(rng, train), mutable=mutable
   )
   sums = objective.sums(outputs, batch)
   examples = example_weights(batch["weight"])  # [b]
