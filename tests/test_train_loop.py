@@ -232,7 +232,7 @@ def test_bad_flags_exit_with_a_clear_message(tmp_path, extra, message):
   args = [a for a in args if not any(a.split("=")[0] == e.split("=")[0] for e in extra)] + extra
   result = subprocess.run(
     [sys.executable, "-m", "experiments.main", *args],
-    cwd=CONFIG.parents[2],
+    cwd=CONFIG.parents[3],
     capture_output=True,
     text=True,
     timeout=120,
