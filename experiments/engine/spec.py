@@ -91,6 +91,9 @@ class Sweep:
   """A sweep file's grid. `titles`: table name -> heading; `plot(rows, out_dir)` -> written paths.
 
   `value_name` says what the tables' numbers are and `digits` how many decimals they show.
+  `baselines`: table name -> (label column, value) of the row every other row of that table is compared with,
+  seed by seed (paired differences; rows pair when their other labels and protocol agree).
+  `higher_is_better`: the direction of the tables' numbers (False for bits per byte).
   """
 
   runs: tuple[Run, ...]
@@ -99,6 +102,8 @@ class Sweep:
   notes: str = ""
   value_name: str = "Accuracy (%) on the test split"
   digits: int = 1
+  baselines: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+  higher_is_better: bool = True
 
 
 @dataclasses.dataclass
