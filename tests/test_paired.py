@@ -142,3 +142,42 @@ def test_a_sweep_refuses_a_baseline_no_run_has():
   Sweep((Run("uea:smoke", OTHER),), baselines={"t": ("model", "Trans.")})  # table t left out by the sweep's arg
   with pytest.raises(ConfigError, match="level_margin must be >= 0"):
     Sweep((Run("uea:smoke", BASE),), level_margin=-1.0)
+
+
+SWEEP_FILE = """
+from experiments.engine.spec import Cell, Run, Sweep
+
+
+def get_sweep(arg=None):
+  cells = [Cell("t", (("model", m),)) for m in ("DT", "Primal.+DT")]
+  runs = tuple(Run("uea:smoke", cell, seed=s) for cell in cells for s in range(3))
+  return Sweep(runs, baselines={"t": ("model", "DT")}, higher_is_better=False, digits=2)
+"""
+
+
+def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path, monkeypatch):
+  from experiments import docs_tables
+  from experiments.tables import common, sweeps
+
+  scores = {("DT", 0): 50.0, ("DT", 1): 60.0, ("DT", 2): 55.0, ("Primal.+DT", 0): 52.0, ("Primal.+DT", 1): 66.0}
+  scores[("Primal.+DT", 3)] = 90.0  # no DT run of seed 3: left out; DT seed 2 has no Primal.+DT run
+  for i, ((model, seed), score) in enumerate(scores.items()):
+    cell = {"table": "t", "labels": [["model", model]], "paper": None}
+    runs = [{"cell": cell, "seed": seed, "protocol": "rollouts"}]
+    record = {"wall_seconds": 1.0, "runs": runs, "summary": {"test_at_best_validation": {"normalized_score": score}}}
+    (tmp_path / "fam" / "sweep" / "runs" / f"k{i}").mkdir(parents=True)
+    (tmp_path / "fam" / "sweep" / "runs" / f"k{i}" / RESULT_FILE).write_text(json.dumps(record))
+  (tmp_path / "sweeps").mkdir()
+  (tmp_path / "sweeps" / "fam.py").write_text(SWEEP_FILE)
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+  monkeypatch.setattr(sweeps, "SWEEPS", tmp_path / "sweeps")
+
+  differences = np.array([52.0 - 50.0, 66.0 - 60.0])  # seeds 0 and 1: higher scores, and lower is "better" here
+  half = 12.706204736174698 * differences.std(ddof=1) / np.sqrt(2)
+  table = docs_tables.render_table("paired:fam:t", tmp_path)
+  row = f"| Primal.+DT | DT | 2 | +{differences.mean():.2f} | {differences.std(ddof=1):.2f} | "
+  assert row + f"[{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}] | unresolved |" in table
+  with pytest.raises(ValueError, match="names no baseline for table 'u'"):
+    docs_tables.render_table("paired:fam:u", tmp_path)
+  with pytest.raises(ValueError, match="paired:<family>:<table>"):
+    docs_tables.render_table("paired:fam", tmp_path)
