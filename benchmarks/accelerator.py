@@ -59,6 +59,7 @@ def device_summary(triad_elements: int, peak_size: int) -> dict:
 
   from benchmarks.harness import measure as harness
   from benchmarks.harness import process
+  from primal_jax.provenance import provenance
 
   device = jax.devices()[0]
   size = peak_size or (4096 if device.platform != "cpu" else 1024)
@@ -68,6 +69,7 @@ def device_summary(triad_elements: int, peak_size: int) -> dict:
     "device_count": jax.device_count(),
     "jax": jax.__version__,
     "git_commit": process.git_commit(),
+    "provenance": provenance(),  # argv, dirty tree, library versions
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "bandwidth_bytes_per_s": harness.triad_bandwidth(triad_elements, in_place=True),
     "matmul_peak": {

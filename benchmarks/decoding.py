@@ -45,6 +45,7 @@ from benchmarks.harness import process
 from experiments.tables.decoding import results_markdown
 from primal_jax.models.config import TransformerConfig
 from primal_jax.models.lm import CausalLM, decode_step, greedy_decode, init_cache
+from primal_jax.provenance import provenance
 
 VARIANTS = ("softmax_kv_cache", "primal_plus", "primal_state")
 SOFTMAX_IMPLS = ("einsum", "dot_product_attention")  # SoftmaxAttention.impl of the softmax layers
@@ -197,6 +198,7 @@ def measure(args) -> dict:
     "platform": device.platform,
     "device_kind": device.device_kind,
     "git_commit": process.git_commit(),
+    "provenance": provenance(),  # argv, dirty tree, library versions, UTC date
     "config": {k: v for k, v in vars(args).items() if k != "out"},
     "softmax_impl": args.softmax_impl,
     "date": time.strftime("%Y-%m-%d"),

@@ -56,6 +56,7 @@ from benchmarks.harness import process
 from benchmarks.train_step import NotRun, PreparedStep, Variant, available_variants, parse_override, prepare_step
 from experiments.tables import efficiency as tables
 from primal_jax.launch import host_allocator
+from primal_jax.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = "lra"  # primal_jax/tasks/lra/config.py, by name (or pass a config file)
@@ -202,6 +203,7 @@ def _meta(args, device: jax.Device) -> dict:
   return {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "git_commit": process.git_commit(),
+    "provenance": provenance(),  # argv, dirty tree, library versions
     "jax": jax.__version__,
     "python": platform.python_version(),
     "platform": device.platform,

@@ -208,10 +208,12 @@ def run_job(args, job: dict) -> dict:
 
 def run(args) -> dict:
   from experiments.tables import vs_release as tables  # imports JAX: never at module level (see run_ours)
+  from primal_jax.provenance import provenance
 
   meta = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "git_commit": process.git_commit(),
+    "provenance": provenance(devices=False),  # argv, dirty tree, library versions (JAX runs in the workers)
     "machine": platform.machine(),
     "cpu_count": os.cpu_count(),
     "load_average_start": list(os.getloadavg()),

@@ -48,10 +48,12 @@ def test_tiny_run_on_the_cpu_writes_records_naming_the_device(tmp_path):
   device = json.loads((out / "device.json").read_text())
   assert device["platform"] == "cpu" and device["device_kind"] and device["bandwidth_bytes_per_s"] > 0
   assert set(device["matmul_peak"]) == {"float32", "bfloat16"} and all(r["returncode"] == 0 for r in device["runs"])
+  assert device["provenance"]["commit"] == device["git_commit"] and device["provenance"]["versions"]["flax"]
   decoding = json.loads((out / "decoding" / "decoding.json").read_text())
   assert decoding["meta"]["platform"] == "cpu" and decoding["meta"]["softmax_impl"] == "einsum"
   for dtype in accelerator.DTYPES:
     efficiency = json.loads((out / f"efficiency_{dtype}" / "efficiency.json").read_text())
     assert efficiency["meta"]["platform"] == "cpu" and efficiency["meta"]["device_kind"]
+    assert efficiency["meta"]["provenance"]["commit"] == efficiency["meta"]["git_commit"]
     assert {r["variant"] for r in efficiency["records"] if not r.get("error")} == {"softmax_dpa", "primalformer"}
     assert f"'model.dtype', '{dtype}'" in str(efficiency["meta"]["args"]["set"])

@@ -63,6 +63,9 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
   assert meta["platform"] == "cpu" and meta["device_kind"] and meta["softmax_impl"] == "einsum"
   assert meta["bandwidth_bytes_per_s"] == max(meta["bandwidth_start_end"]) > 0
   assert meta["matmul_peak"]["flops_per_s"] > 0
+  origin = meta["provenance"]  # what produced the record
+  assert origin["commit"] == meta["git_commit"] and origin["devices"]["platform"] == "cpu"
+  assert origin["versions"]["jax"] == jax.__version__ and origin["argv"] and origin["date"].endswith("+00:00")
   if not extras:
     assert not {"prefill", "e2e", "scaling"} & set(results) and "Chunked prefill" not in text
     return
