@@ -18,7 +18,8 @@ benchmark's JSON in benchmarks/results/<dir>/), `vs_release:<dir>` (benchmarks/v
 paragraph: `vs_release_summary:<dir>`),
 `step_profile:<dir>` (benchmarks/step_profile.py's), or
 `d4rl:<table>`, `vit:<table>`, `lm:<table>` (a table of
-experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/).
+experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/), or
+`paired:<family>:<table>` (that table's paired differences by seed against the baseline row its sweep file names).
 Each kind is rendered by a module of `experiments.tables`; this one places the tables. Sources: the UEA sweep's run
 records (experiments/results/uea/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).
@@ -64,6 +65,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "vit": sweeps.vit_sweep,
   "lm": sweeps.lm_sweep,
   "lm_throughput": sweeps.lm_throughput,
+  "paired": sweeps.paired_sweep,
   "decoding": decoding.docs_table,
   "vs_release": vs_release.docs_table,
   "vs_release_summary": vs_release.docs_summary,

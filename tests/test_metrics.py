@@ -180,3 +180,19 @@ def test_summary_table_alignment():
   ]
   assert len({len(line) for line in table.splitlines()}) == 1
   assert Progress.summary_table(rows, ["model"]) == summary_table(rows, ["model"])
+
+
+def test_ksvd_ratio_weighs_the_ksvd_term_at_the_first_and_last_logged_steps():
+  from primal_jax.training.metrics import ksvd_ratio
+
+  records = [
+    {"step": 1, "prefix": "train", "scalars": {"task_loss": 2.0, "ksvd_loss": -0.5, "loss": 1.75}},
+    {"step": 5, "prefix": "train", "scalars": {"loss": 1.0}},  # no losses logged: skipped
+    {"step": 9, "prefix": "train", "scalars": {"task_loss": 0.25, "ksvd_loss": 0.01, "loss": 0.255}},
+  ]
+  ratio = ksvd_ratio(records, eta=0.5)
+  assert ratio["start"] == {"step": 1, "task_loss": 2.0, "ksvd_loss": -0.5, "eta": 0.5, "ratio": -0.125}
+  assert ratio["end"]["step"] == 9 and ratio["end"]["ratio"] == pytest.approx(0.02, rel=1e-12)
+  assert ksvd_ratio(records[1:2], eta=0.5) is None
+  zero = ksvd_ratio([{"step": 1, "scalars": {"task_loss": 0.0, "ksvd_loss": 1.0}}], eta=0.1)
+  assert math.isnan(zero["start"]["ratio"])

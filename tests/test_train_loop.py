@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import types
 from pathlib import Path
 
@@ -84,6 +85,21 @@ def test_train_and_eval_each_family(data_dir, tmp_path, family):
   assert [m["step"] for m in train] == [1, 2]
   ksvd = train[-1]["scalars"]["ksvd_loss"]
   assert (ksvd == 0.0) if family == "softmax" else (ksvd > 0.0)
+  ratio, eta = summary["ksvd_ratio"], config.ksvd.eta  # eta x KSVD / task loss at the first and last steps
+  for when, record in (("start", train[0]), ("end", train[-1])):
+    task, k = record["scalars"]["task_loss"], record["scalars"]["ksvd_loss"]
+    assert ratio[when] == {
+      "step": record["step"],
+      "task_loss": task,
+      "ksvd_loss": k,
+      "eta": eta,
+      "ratio": eta * k / task,
+    }
+  assert ratio["start"]["step"] == 1 and ratio["end"]["step"] == 2
+  origin = summary["provenance"]  # what produced the record
+  assert origin["devices"] == summary["devices"] and origin["versions"]["jax"] == jax.__version__
+  assert origin["commit"] is None or len(origin["commit"]) == 40
+  assert origin["argv"] == sys.argv and origin["date"].endswith("+00:00")
   saved = json.loads((tmp_path / "config.json").read_text())["model"]
   assert saved["layers"] == list(model_layers(family, 2)) and stack_name(saved["layers"]) == family
   assert Checkpointer(tmp_path / "checkpoints").latest_step() == 2

@@ -7,13 +7,15 @@ PrimalFormer is also a Table 6 cell) is trained once and reported in each.
 
 Modules: `spec` (runs, sweeps, protocols, config hashing and planning), `records` (a run's result record, the
 recorded-command mapping, the JSON records of the one-off experiment binaries), `lock` (a sweep's lock and its
-claims on runs), `runner` (`run_sweep`: trains the unfinished runs) and `aggregate` (rows over seeds, the
-results.md / results.csv tables, `stored_rows` from the records alone).
+claims on runs), `runner` (`run_sweep`: trains the unfinished runs), `aggregate` (rows over seeds, the
+results.md / results.csv tables, `stored_rows` from the records alone), `stats` (the paired difference of two rows
+by seed, its t interval and verdict) and `paired` (the paired-difference tables against `Sweep.baselines`).
 
 Layout of a sweep directory:
   runs/<hash>/               the run's workdir (config.json, metrics.jsonl, summary.json, train.log, ...)
   runs/<hash>/result.json    written atomically when the run has finished; its presence means "done"
   results.md, results.csv    the aggregated tables; plots from `Sweep.plot`
+  paired.csv                 the paired differences against the baseline rows (a sweep with `baselines`)
   jax_cache/                 JAX's persistent compilation cache (runs of equal shapes compile once)
   sweep.lock                 held while a sweep runs here (sweep.shardIofN.lock for a shard)
   locks/<hash>.lock          held by the sweep process working on that run, from its check to its result

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.engine.paired import PAIRED_CSV, paired_csv, paired_markdown
 from experiments.engine.records import RESULT_FILE, read_result
 from experiments.engine.spec import PROTOCOL_METRIC, PROTOCOL_TITLE, PROTOCOLS, Cell, PlannedRun, Sweep, plan
 from primal_jax import markdown
@@ -31,6 +32,7 @@ class Row:
   wall_seconds: tuple[float, ...]
   keys: tuple[str, ...] = ()  # the runs' directories under runs/ (stored_rows), in seed order
   unscored: tuple[tuple[str, int], ...] = ()  # (key, seed) of finished runs without the protocol's value
+  seeds: tuple[int, ...] = ()  # the seed of each accuracy (paired differences pair rows by seed)
 
   @property
   def n(self) -> int:
@@ -80,15 +82,16 @@ def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], plan
         log.warning(unscored_line(key, cell, seed, protocol))
       unscored.append((key, seed))
     else:
-      scored.append((key, value, result["wall_seconds"]))
+      scored.append((key, seed, value, result["wall_seconds"]))
   return Row(
     cell,
     protocol,
-    tuple(value for _, value, _ in scored),
+    tuple(value for _, _, value, _ in scored),
     planned=planned,
-    wall_seconds=tuple(wall for _, _, wall in scored),
-    keys=tuple(key for key, _, _ in scored) if stored else (),
+    wall_seconds=tuple(wall for *_, wall in scored),
+    keys=tuple(key for key, *_ in scored) if stored else (),
     unscored=tuple(unscored),
+    seeds=tuple(seed for _, seed, _, _ in scored),
   )
 
 
@@ -141,7 +144,8 @@ def _fmt(row: Row | None, digits: int = 1) -> str:
 
 
 def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) -> str:
-  """One Markdown table per sweep table: labels, the paper's number, each protocol's mean ± std and n."""
+  """One Markdown table per sweep table: labels, the paper's number, each protocol's mean ± std and n; after a
+  table named in `sweep.baselines`, its paired differences (`experiments.engine.paired`)."""
   by_cell: dict[Cell, dict[str, Row]] = {}
   for row in rows:
     by_cell.setdefault(row.cell, {})[row.protocol] = row
@@ -160,6 +164,7 @@ def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) 
         values += [_fmt(row, sweep.digits), f"{row.n}/{row.planned}" if row else "-"]
       body.append(values)
     out += [f"### {sweep.titles.get(table, table)}", "", markdown.table(header, body, numeric_from=len(columns)), ""]
+    out += paired_markdown(sweep, rows, table)
   if walls:
     out.append(
       f"{len(walls)} distinct runs finished; wall time {sum(walls) / 3600:.2f} h in all, {np.mean(walls):.0f} s "
@@ -202,8 +207,9 @@ def write_results(
   *,
   print_fn: Callable[[str], None] = print,
 ) -> list[Row]:
-  """results.md, results.csv and the sweep's plots in `workdir`; returns the rows. A finished run without its
-  protocol's value is left out of its row and named (`unscored_line`) to `print_fn` and in results.md."""
+  """results.md, results.csv (and paired.csv for a sweep with baselines: `experiments.engine.paired`) and the
+  sweep's plots in `workdir`; returns the rows. A finished run without its protocol's value is left out of its
+  row and named (`unscored_line`) to `print_fn` and in results.md."""
   workdir = Path(workdir)
   planned = plan(sweep.runs) if planned is None else planned
   rows = aggregate(sweep, workdir, planned)
@@ -213,6 +219,8 @@ def write_results(
   results = [r for r in (read_result(workdir / "runs" / key) for key in planned) if r is not None]
   (workdir / "results.md").write_text(results_markdown(sweep, rows, [r["wall_seconds"] for r in results]))
   (workdir / "results.csv").write_text(results_csv(rows))
+  if sweep.baselines:
+    (workdir / PAIRED_CSV).write_text(paired_csv(sweep, rows))
   if sweep.plot is not None:
     sweep.plot(rows, workdir)
   return rows

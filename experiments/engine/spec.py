@@ -94,6 +94,8 @@ class Sweep:
   `baselines`: table name -> (label column, value) of the row every other row of that table is compared with,
   seed by seed (paired differences; rows pair when their other labels and protocol agree).
   `higher_is_better`: the direction of the tables' numbers (False for bits per byte).
+  `level_margin`: the largest paired difference (in the tables' units) that reads "level" when its 95% interval
+  contains zero and lies inside ±level_margin (`experiments.engine.stats`); None: no difference is called level.
   """
 
   runs: tuple[Run, ...]
@@ -104,6 +106,21 @@ class Sweep:
   digits: int = 1
   baselines: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
   higher_is_better: bool = True
+  level_margin: float | None = None
+
+  def __post_init__(self):
+    """Refuses a baseline row no run of its table reports to (a misspelt label), or a negative margin. A table
+    without runs (a sweep argument that leaves it out) passes."""
+    for table, (column, value) in self.baselines.items():
+      labels = [dict(run.cell.labels) for run in self.runs if run.cell.table == table]
+      if labels and not any(cell.get(column) == value for cell in labels):
+        found = sorted({cell[column] for cell in labels if column in cell})
+        raise ConfigError(
+          f"baselines: no run of table {table!r} has {column}={value!r}"
+          + (f" ({column} values: {', '.join(found)})" if found else f" (no run of {table!r} has a {column!r} label)")
+        )
+    if self.level_margin is not None and not self.level_margin >= 0:
+      raise ConfigError(f"level_margin must be >= 0 (or None), got {self.level_margin!r}")
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """The docs tables that restate a sweep's run records (experiments/results/<family>/sweep/runs/*/result.json).
 
-`experiments.docs_tables` renders them under the names `d4rl:<table>`, `vit:<table>` and `lm:<table>`; each
+`experiments.docs_tables` renders them under the names `d4rl:<table>`, `vit:<table>` and `lm:<table>`, and
+`paired:<family>:<table>` (a table's paired differences against its baseline row, `Sweep.baselines`); each
 reads the finished runs' own records (`experiments.engine.aggregate.stored_rows`), so a table survives changes of
 the sweep file or the configs, and a run still in progress is simply not counted yet.
 """
@@ -14,9 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from experiments.tables import common
-from experiments.tables.common import minutes
+from experiments.tables.common import ROOT, minutes
 from primal_jax import markdown
 from primal_jax.atomic_files import DamagedFileError, read_json
+
+SWEEPS = ROOT / "experiments" / "sweeps"  # the sweep files (`paired:<family>:<table>` reads their baselines)
 
 
 def mean_std(row, digits: int = 1, full: int = 3) -> str:
@@ -160,3 +163,37 @@ def lm_throughput(name: str, base: Path) -> str:
   if not body:
     raise ValueError(f"no throughput runs in {folder}")
   return markdown.table(["model", "train tokens/s", "vs softmax", "device", "allocator"], body)
+
+
+def sweep_folder(family: str) -> Path:
+  """A family's sweep directory: experiments/results/<family>/sweep, or experiments/results/<family> itself where
+  its runs sit there (uea)."""
+  folder = common.RESULTS / family
+  return folder / "sweep" if (folder / "sweep").is_dir() else folder
+
+
+def paired_docs_table(folder: Path, sweep, table: str) -> str:
+  """The paired differences of `table` against its baseline row (`sweep.baselines`, the verdicts in the
+  direction of `sweep.higher_is_better`) from the run records in `folder`/runs."""
+  from experiments.engine.aggregate import stored_rows
+  from experiments.engine.paired import paired_table
+
+  if table not in sweep.baselines:
+    raise ValueError(
+      f"the sweep names no baseline for table {table!r} (baselines: {', '.join(sweep.baselines) or 'none'})"
+    )
+  text = paired_table(sweep, stored_rows(folder), table)
+  if not text:
+    raise ValueError(f"no finished row of table {table!r} in {folder / 'runs'} to compare with its baseline")
+  return text
+
+
+def paired_sweep(arg: str, base: Path) -> str:
+  """`paired:<family>:<table>`: `paired_docs_table` of experiments/sweeps/<family>.py (its default argument) on the
+  family's run records (`sweep_folder`)."""
+  from experiments.engine.spec import load_sweep
+
+  family, _, table = arg.partition(":")
+  if not table:
+    raise ValueError(f"paired:{arg}: name a family and a table, paired:<family>:<table>")
+  return paired_docs_table(sweep_folder(family), load_sweep(SWEEPS / f"{family}.py"), table)

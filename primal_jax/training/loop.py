@@ -29,11 +29,12 @@ import jax
 from primal_jax.atomic_files import write_json_atomically
 from primal_jax.launch import host_allocator
 from primal_jax.models.config import stack_name
+from primal_jax.provenance import provenance
 from primal_jax.training.checkpointing import WORKDIR_SUBDIR, Checkpointer, check_init_from, has_checkpoints
 from primal_jax.training.evaluation import TEST_EVALS, Evaluations, eval_protocol, summary_rows
 from primal_jax.training.experiment import Experiment, build_experiment, evaluate, load_state, restore_or_init
 from primal_jax.training.guards import PreemptionGuard, check_fallback, check_resume, lock_workdir, record_changes
-from primal_jax.training.metrics import CONFIG_FILE, MetricWriter, Progress, summary_table
+from primal_jax.training.metrics import CONFIG_FILE, MetricWriter, Progress, ksvd_ratio, read_metrics, summary_table
 from primal_jax.training.objectives import metric_mode
 from primal_jax.training.sharding import global_batch, maybe_initialize_distributed
 from primal_jax.training.state import TrainState
@@ -121,7 +122,7 @@ def _train(
     for step, local in _train_batches(exp.pipeline, start, total):
       state, scalars = train_step(state, global_batch(local, exp.mesh))
       pending.push(step, scalars)
-      log_due = step % config.log_every_steps == 0 or step == total
+      log_due = step % config.log_every_steps == 0 or step in (1, total)  # step 1: the KSVD ratio's start
       eval_due = step % eval_every == 0 or step == total
       periodic = step % config.checkpoint_every_steps == 0
       if not (log_due or eval_due or periodic or guard.requested or step == start + 1):
@@ -196,9 +197,11 @@ def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str
   ckpt.wait_until_finished()
   summary = {**evals.summary(), "steps": step, "preempted": preempted, "num_params": exp.num_params}
   summary["host_allocator"] = host_allocator.loaded_allocator()  # CPU step times depend on it
-  device = jax.devices()[0]  # tables of runs made on several machines must say which ran where
-  summary["devices"] = {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()}
+  origin = provenance()  # commit, argv, date, versions; devices: tables of runs made on several machines
+  summary["devices"] = origin["devices"]
   summary["jax_version"] = jax.__version__
+  summary["provenance"] = origin
+  summary["ksvd_ratio"] = ksvd_ratio(read_metrics(workdir, dedupe=True, prefix="train"), float(config.ksvd.eta))
   if not preempted and (test := evals.test_at_best_validation(state, ckpt)) is not None:
     summary["test_at_best_validation"] = test
   ckpt.close()

@@ -195,6 +195,25 @@ def read_metrics(workdir, *, dedupe: bool = False, prefix: str | None = None) ->
   return records
 
 
+def ksvd_ratio(records: Sequence[Mapping[str, Any]], eta: float) -> dict | None:
+  """eta x KSVD loss / task loss at the first and last logged train steps: how much the KSVD term weighs.
+
+  `records`: `read_metrics(workdir, dedupe=True, prefix="train")`. Returns {"start": ..., "end": ...}, each
+  {"step", "task_loss", "ksvd_loss", "eta", "ratio"} (ratio nan for a zero task loss), None without train records
+  holding both losses. A run with no KSVD layer has ksvd_loss 0, so its ratio is 0.
+  """
+  logged = [r for r in records if {"task_loss", "ksvd_loss"} <= set(r.get("scalars", {}))]
+  if not logged:
+    return None
+
+  def entry(record) -> dict:
+    task, ksvd = record["scalars"]["task_loss"], record["scalars"]["ksvd_loss"]
+    ratio = eta * ksvd / task if task else math.nan
+    return {"step": record["step"], "task_loss": task, "ksvd_loss": ksvd, "eta": eta, "ratio": ratio}
+
+  return {"start": entry(logged[0]), "end": entry(logged[-1])}
+
+
 def format_duration(seconds: float) -> str:
   """'42s', '3m12s', '1h05m', '2d03h'."""
   if not math.isfinite(seconds):

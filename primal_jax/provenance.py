@@ -1,0 +1,76 @@
+"""What produced a record: the commit, the exact argv, the date, the platform and the library versions.
+
+Every training summary (`summary.json`, hence every sweep run's `result.json`) and every benchmark record carries
+`provenance()`, so a table can say which code, command and machine gave each number. No JAX import at module
+level: the benchmarks' process helpers use `git_commit` without starting a backend.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]  # the checkout holding the package (its git tree, if any)
+COMMIT_ENV = "PRIMAL_JAX_COMMIT"  # names the commit of a tree copied without its history (an accelerator host)
+LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-collections")
+
+
+def _git(*args: str) -> str | None:
+  try:
+    out = subprocess.run(["git", *args], cwd=_ROOT, capture_output=True, text=True, timeout=10)
+  except (OSError, subprocess.TimeoutExpired):
+    return None
+  return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+  """HEAD of the checkout the package runs from, `$PRIMAL_JAX_COMMIT` where set, None outside git."""
+  return os.environ.get(COMMIT_ENV) or _git("rev-parse", "HEAD") or None
+
+
+def git_dirty() -> bool | None:
+  """Whether tracked files differ from HEAD (None outside git or with `$PRIMAL_JAX_COMMIT`)."""
+  if os.environ.get(COMMIT_ENV):
+    return None
+  status = _git("status", "--porcelain", "--untracked-files=no")
+  return None if status is None else bool(status)
+
+
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
+  """Installed distribution versions (None where one is not installed), plus Python's and primal_jax's."""
+  versions: dict[str, str | None] = {"python": platform.python_version()}
+  for name in ("primal_jax", *names):
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
+  return versions
+
+
+def device_summary() -> dict:
+  """The JAX platform and device kind and count (imports JAX)."""
+  import jax
+
+  device = jax.devices()[0]
+  return {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()}
+
+
+def provenance(argv: list[str] | None = None, *, devices: bool = True) -> dict:
+  """The record's origin: commit (and whether the tree was dirty), argv (`sys.argv` unless given), UTC date,
+  host, devices (`devices=False` leaves JAX unimported) and library versions."""
+  record = {
+    "commit": git_commit(),
+    "dirty": git_dirty(),
+    "argv": list(sys.argv if argv is None else argv),
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "host": {"system": platform.system(), "machine": platform.machine(), "cpus": os.cpu_count()},
+    "versions": library_versions(),
+  }
+  if devices:
+    record["devices"] = device_summary()
+  return record

@@ -1,0 +1,183 @@
+"""The paired-difference tables (experiments.engine.paired): results.md / paired.csv of a sweep with baselines, and
+the docs table `paired:<family>:<table>`, checked against numbers computed here from the written records."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+
+from experiments.engine.aggregate import Row, results_markdown, stored_rows, write_results
+from experiments.engine.paired import by_seed, comparisons, paired_table
+from experiments.engine.records import RESULT_FILE
+from experiments.engine.spec import Cell, Run, Sweep, plan
+from primal_jax.errors import ConfigError
+
+T_975_2 = 4.302652729749464  # Student t, 97.5% quantile, 2 degrees of freedom (tables: 4.303)
+BASE = Cell("t", (("dataset", "D"), ("model", "Trans.")), 90.0)
+PRIMAL = Cell("t", (("dataset", "D"), ("model", "Primal")))
+OTHER = Cell("u", (("model", "Trans."),))  # a table without a baseline: no paired section
+
+
+def test_write_results_pairs_a_row_with_its_baseline_by_seed(tmp_path):
+  runs = [Run("uea:model=softmax,smoke", BASE, seed=s) for s in range(3)]
+  runs += [Run("uea:smoke", PRIMAL, seed=s) for s in range(3)]
+  runs += [Run("uea:smoke", OTHER, seed=s, overrides={"ksvd.eta": 0.3}) for s in range(3)]
+  sweep = Sweep(tuple(runs), titles={"t": "Table T"}, baselines={"t": ("model", "Trans.")})
+  accuracy = {(BASE, 0): 0.80, (BASE, 1): 0.82, (BASE, 2): 0.78, (PRIMAL, 0): 0.83, (PRIMAL, 1): 0.86}
+  accuracy[(PRIMAL, 2)] = 0.80
+  for key, planned in plan(sweep.runs).items():
+    run = planned.runs[0]
+    summary = {"best_test": {"step": 1, "accuracy": accuracy.get((run.cell, run.seed), 0.5)}}
+    (tmp_path / "runs" / key).mkdir(parents=True)
+    entries = [{"cell": dataclasses.asdict(r.cell), "seed": r.seed, "protocol": r.protocol} for r in planned.runs]
+    record = {"key": key, "wall_seconds": 1.0, "runs": entries, "summary": summary}
+    (tmp_path / "runs" / key / RESULT_FILE).write_text(json.dumps(record))
+  rows = write_results(sweep, tmp_path)
+  primal = next(row for row in rows if row.cell == PRIMAL)
+  assert primal.seeds == (0, 1, 2)
+
+  differences = np.array([100 * (accuracy[(PRIMAL, s)] - accuracy[(BASE, s)]) for s in range(3)])  # 3, 4, 2
+  mean, std = differences.mean(), differences.std(ddof=1)
+  half = T_975_2 * std / np.sqrt(3)
+  assert (mean, std) == (pytest.approx(3.0), pytest.approx(1.0))
+  markdown = (tmp_path / "results.md").read_text()
+  section = markdown.split("### Table T")[1].split("###")[0]
+  assert "Paired differences vs model=Trans.:" in section
+  assert (
+    f"| D | Primal | Trans. | 3 | +{mean:.1f} | {std:.1f} | [+{mean - half:.1f}, +{mean + half:.1f}] | better |"
+    in section
+  )
+  assert "| D | Primal | Trans. | 3 | +3.0 | 1.0 | [+0.5, +5.5] | better |" in section  # the same, by hand
+  assert "Higher is better here." in section and "nothing is called level" in section
+  assert markdown.count("Paired differences") == 1  # table u has no baseline
+
+  (line,) = csv.DictReader(io.StringIO((tmp_path / "paired.csv").read_text()))
+  assert (line["table"], line["dataset"], line["model"], line["protocol"]) == ("t", "D", "Primal", "release")
+  assert (line["baseline"], line["n"], line["verdict"], line["seeds"]) == ("model=Trans.", "3", "better", "0;1;2")
+  numbers = [float(line[k]) for k in ("mean", "std", "low", "high")]
+  assert numbers == pytest.approx([mean, std, mean - half, mean + half], abs=1e-4)
+  assert stored_rows(tmp_path)[1].seeds == (0, 1, 2)  # the docs tables' rows carry their seeds too
+
+
+def _row(cell, values: dict[int, float], protocol="release") -> Row:
+  seeds = tuple(sorted(values))
+  accuracies = tuple(values[s] for s in seeds)
+  return Row(cell, protocol, accuracies, planned=len(seeds), wall_seconds=(1.0,) * len(seeds), seeds=seeds)
+
+
+def _sweep(cells, **kwargs) -> Sweep:
+  return Sweep(tuple(Run("uea:smoke", cell) for cell in cells), baselines={"t": ("model", "Trans.")}, **kwargs)
+
+
+def test_lower_is_better_turns_the_words_and_level_needs_the_margin():
+  """Bits per byte: a lower row is better. Differences -0.03, -0.02, -0.025 (mean -0.025, sd 0.005): better; a
+  row within ±0.005 of its baseline (mean 0, sd 0.005) is level at margin 0.05, unresolved without one."""
+  flat = Cell("t", (("dataset", "D"), ("model", "Flat")))
+  rows = [
+    _row(BASE, {0: 1.50, 1: 1.52, 2: 1.48}),
+    _row(PRIMAL, {0: 1.47, 1: 1.50, 2: 1.455}),
+    _row(flat, {0: 1.505, 1: 1.515, 2: 1.48}),
+  ]
+  sweep = _sweep([BASE, PRIMAL, flat], higher_is_better=False, digits=3, level_margin=0.05)
+  primal, level = comparisons(sweep, rows, "t")
+  half = T_975_2 * 0.005 / math.sqrt(3)
+  assert primal.paired.mean == pytest.approx(-0.025) and primal.paired.high == pytest.approx(-0.025 + half)
+  assert (primal.paired.verdict, primal.verdict) == ("lower", "better")
+  assert (level.paired.verdict, level.verdict) == ("level", "level")
+  table = paired_table(sweep, rows, "t")
+  assert (
+    f"| D | Primal | Trans. | 3 | -0.025 | 0.005 | [{-0.025 - half:+.3f}, {-0.025 + half:+.3f}] | better |" in table
+  )
+  assert "| D | Flat | Trans. | 3 | +0.000 | 0.005 | [-0.012, +0.012] | level |" in table  # not -0.000
+  markdown = results_markdown(sweep, rows, [])
+  assert "Lower is better here." in markdown and "level: it contains zero and lies inside ±0.05" in markdown
+  no_margin = dataclasses.replace(sweep, level_margin=None)
+  assert [c.verdict for c in comparisons(no_margin, rows, "t")] == ["better", "unresolved"]
+
+
+def test_unpaired_seeds_missing_baselines_and_protocols():
+  """Seeds one row lacks are left out; a row whose baseline has no finished run shows 0 pairs; rows pair only
+  under their own protocol, and the table gets a protocol column when it has several."""
+  other = Cell("t", (("dataset", "E"), ("model", "Primal")))  # no Trans. row on E
+  rows = [
+    _row(BASE, {0: 80.0, 1: 82.0, 5: 70.0}),
+    _row(PRIMAL, {0: 81.0, 1: 85.0, 2: 99.0}),  # pairs on seeds 0 and 1: differences 1 and 3
+    _row(other, {0: 50.0, 1: 60.0}),
+    _row(BASE, {0: 10.0, 1: 20.0}, protocol="honest"),
+    _row(PRIMAL, {0: 30.0, 1: 40.0}, protocol="honest"),
+  ]
+  sweep = _sweep([BASE, PRIMAL, other])
+  found = comparisons(sweep, rows, "t")
+  assert [(c.row.cell, c.row.protocol, c.paired.n) for c in found] == [
+    (PRIMAL, "release", 2),
+    (other, "release", 0),
+    (PRIMAL, "honest", 2),
+  ]
+  half = 12.706204736174698 * math.sqrt(2) / math.sqrt(2)  # t_{0.975,1}, sd of (1, 3) = sqrt(2)
+  assert (found[0].paired.mean, found[0].paired.low) == (2.0, pytest.approx(2 - half))
+  assert found[1].baseline is None and found[1].verdict == "unresolved"
+  table = paired_table(sweep, rows, "t")
+  assert table.splitlines()[0] == "| dataset | model | protocol | vs | pairs | mean diff. | std | 95% CI | verdict |"
+  assert "| E | Primal | release | Trans. | 0 | - | - | - | unresolved |" in table
+  assert "| D | Primal | honest | Trans. | 2 | +20.0 | 0.0 | [+20.0, +20.0] | better |" in table
+
+
+def test_a_seed_counted_twice_cannot_be_paired():
+  row = Row(PRIMAL, "release", (1.0, 2.0), planned=2, wall_seconds=(1.0, 1.0), seeds=(0, 0))
+  with pytest.raises(ValueError, match=r"t dataset=D model=Primal \(release\) has seed 0 twice"):
+    by_seed(row)
+
+
+def test_a_sweep_refuses_a_baseline_no_run_has():
+  with pytest.raises(ConfigError, match=r"no run of table 't' has model='Trans' \(model values: Primal, Trans.\)"):
+    Sweep((Run("uea:smoke", BASE), Run("uea:smoke", PRIMAL)), baselines={"t": ("model", "Trans")})
+  with pytest.raises(ConfigError, match="no run of 't' has a 'modle' label"):
+    Sweep((Run("uea:smoke", BASE),), baselines={"t": ("modle", "Trans.")})
+  Sweep((Run("uea:smoke", OTHER),), baselines={"t": ("model", "Trans.")})  # table t left out by the sweep's arg
+  with pytest.raises(ConfigError, match="level_margin must be >= 0"):
+    Sweep((Run("uea:smoke", BASE),), level_margin=-1.0)
+
+
+SWEEP_FILE = """
+from experiments.engine.spec import Cell, Run, Sweep
+
+
+def get_sweep(arg=None):
+  cells = [Cell("t", (("model", m),)) for m in ("DT", "Primal.+DT")]
+  runs = tuple(Run("uea:smoke", cell, seed=s) for cell in cells for s in range(3))
+  return Sweep(runs, baselines={"t": ("model", "DT")}, higher_is_better=False, digits=2)
+"""
+
+
+def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path, monkeypatch):
+  from experiments import docs_tables
+  from experiments.tables import common, sweeps
+
+  scores = {("DT", 0): 50.0, ("DT", 1): 60.0, ("DT", 2): 55.0, ("Primal.+DT", 0): 52.0, ("Primal.+DT", 1): 66.0}
+  scores[("Primal.+DT", 3)] = 90.0  # no DT run of seed 3: left out; DT seed 2 has no Primal.+DT run
+  for i, ((model, seed), score) in enumerate(scores.items()):
+    cell = {"table": "t", "labels": [["model", model]], "paper": None}
+    runs = [{"cell": cell, "seed": seed, "protocol": "rollouts"}]
+    record = {"wall_seconds": 1.0, "runs": runs, "summary": {"test_at_best_validation": {"normalized_score": score}}}
+    (tmp_path / "fam" / "sweep" / "runs" / f"k{i}").mkdir(parents=True)
+    (tmp_path / "fam" / "sweep" / "runs" / f"k{i}" / RESULT_FILE).write_text(json.dumps(record))
+  (tmp_path / "sweeps").mkdir()
+  (tmp_path / "sweeps" / "fam.py").write_text(SWEEP_FILE)
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+  monkeypatch.setattr(sweeps, "SWEEPS", tmp_path / "sweeps")
+
+  differences = np.array([52.0 - 50.0, 66.0 - 60.0])  # seeds 0 and 1: higher scores, and lower is "better" here
+  half = 12.706204736174698 * differences.std(ddof=1) / np.sqrt(2)
+  table = docs_tables.render_table("paired:fam:t", tmp_path)
+  row = f"| Primal.+DT | DT | 2 | +{differences.mean():.2f} | {differences.std(ddof=1):.2f} | "
+  assert row + f"[{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}] | unresolved |" in table
+  with pytest.raises(ValueError, match="names no baseline for table 'u'"):
+    docs_tables.render_table("paired:fam:u", tmp_path)
+  with pytest.raises(ValueError, match="paired:<family>:<table>"):
+    docs_tables.render_table("paired:fam", tmp_path)

@@ -1,0 +1,91 @@
+"""The paired difference by seed (experiments.engine.stats) on numbers worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from experiments.engine.stats import Paired, paired_difference
+
+T_975_4 = 2.7764451051977987  # Student t, 97.5% quantile, 4 degrees of freedom (tables: 2.776)
+T_975_2 = 4.302652729749464  # 2 degrees of freedom (tables: 4.303)
+
+
+def test_differences_one_to_five_by_hand():
+  """Differences 1..5: mean 3, sd sqrt(2.5), interval 3 ± 2.7764 * sqrt(2.5) / sqrt(5) = [1.0368, 4.9632]."""
+  a = {seed: 10.0 + seed for seed in range(1, 6)}
+  b = {seed: 10.0 for seed in range(1, 6)}
+  paired = paired_difference(a, b)
+  half = T_975_4 * math.sqrt(2.5) / math.sqrt(5)
+  assert paired.n == 5 and paired.mean == pytest.approx(3.0) and paired.std == pytest.approx(math.sqrt(2.5))
+  assert (paired.low, paired.high) == (pytest.approx(3 - half), pytest.approx(3 + half))
+  assert (round(paired.low, 4), round(paired.high, 4)) == (1.0368, 4.9632)
+  assert paired.verdict == "higher"
+  flipped = paired_difference(b, a)  # b - a: the mirror interval, a lower finding
+  assert (flipped.mean, flipped.low, flipped.high) == (
+    pytest.approx(-3),
+    pytest.approx(-3 - half),
+    pytest.approx(-3 + half),
+  )
+  assert flipped.verdict == "lower"
+
+
+def test_pairs_by_seed_not_position_and_ignores_unpaired_seeds():
+  a = {2: 5.0, 0: 1.0, 1: 4.0, 7: 100.0}  # seed 7: no baseline run
+  b = {0: 0.0, 1: 2.0, 2: 2.0, 9: -50.0}  # seed 9: no compared run
+  paired = paired_difference(a, b)  # differences 1, 2, 3
+  differences = np.array([1.0, 2.0, 3.0])
+  half = T_975_2 * np.std(differences, ddof=1) / np.sqrt(3)
+  assert paired == Paired(
+    3, pytest.approx(2.0), pytest.approx(1.0), pytest.approx(2 - half), pytest.approx(2 + half), "unresolved"
+  )
+  assert paired.low < 0 < paired.high  # 2 ± 2.48: three seeds do not resolve it
+
+
+def test_below_two_pairs_is_unresolved_with_nan_interval():
+  one = paired_difference({0: 3.0, 1: 9.0}, {0: 1.0, 2: 0.0})
+  assert one.n == 1 and one.mean == 2.0 and one.verdict == "unresolved"
+  assert all(math.isnan(x) for x in (one.std, one.low, one.high))
+  none = paired_difference({0: 1.0}, {1: 1.0}, margin=5.0)
+  assert none.n == 0 and math.isnan(none.mean) and none.verdict == "unresolved"
+
+
+def test_level_needs_a_margin_the_interval_lies_inside():
+  """Differences 0.1, -0.1, 0.2, -0.2: mean 0, sd sqrt(0.1/3), interval ± t_{0.975,3} sd / 2 = ± 0.2905."""
+  a = {0: 50.1, 1: 49.9, 2: 50.2, 3: 49.8}
+  b = {seed: 50.0 for seed in range(4)}
+  half = 3.182446305284263 * math.sqrt(0.1 / 3) / 2
+  paired = paired_difference(a, b, margin=0.5)
+  assert paired.mean == pytest.approx(0.0, abs=1e-12) and paired.high == pytest.approx(half)
+  assert paired.verdict == "level"
+  assert paired_difference(a, b).verdict == "unresolved"  # no margin: nothing is called level
+  assert paired_difference(a, b, margin=0.25).verdict == "unresolved"  # the interval reaches past ±0.25
+  wide = paired_difference(a, b, confidence=0.999, margin=0.5)  # t_{0.9995,3} = 12.92: ±1.18
+  assert wide.high > 0.5 and wide.verdict == "unresolved"
+
+
+def test_a_finding_inside_the_margin_is_still_a_finding():
+  paired = paired_difference({0: 1.2, 1: 1.21, 2: 1.19}, {0: 1.0, 1: 1.0, 2: 1.0}, margin=10.0)  # 0.2 ± 0.025
+  assert paired.low > 0 and paired.verdict == "higher"
+
+
+def test_a_constant_difference_has_a_point_interval():
+  paired = paired_difference({0: 2.0, 1: 3.0}, {0: 1.0, 1: 2.0})
+  assert (paired.mean, paired.std, paired.low, paired.high, paired.verdict) == (1.0, 0.0, 1.0, 1.0, "higher")
+
+
+@pytest.mark.parametrize(
+  ("kwargs", "message"),
+  [
+    ({"confidence": 1.0}, "confidence must lie in \\(0, 1\\), got 1.0"),
+    ({"confidence": 0}, "confidence must lie in \\(0, 1\\), got 0"),
+    ({"confidence": math.nan}, "confidence must lie"),
+    ({"margin": -0.1}, "margin must be >= 0 \\(or None\\), got -0.1"),
+  ],
+)
+def test_bad_arguments_are_refused_in_one_line(kwargs, message):
+  with pytest.raises(ValueError, match=message) as err:
+    paired_difference({0: 1.0, 1: 2.0}, {0: 0.0, 1: 0.0}, **kwargs)
+  assert "\n" not in str(err.value)
