@@ -161,7 +161,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--peak_repeats", type=int, default=5)
   parser.add_argument(
     "--allocator", default="system", choices=host_allocator.ALLOCATORS,
-    help="host malloc of the whole run (re-executes with it preloaded); tcmalloc speeds CPU steps 1.5-2.5x",
+    help="host malloc of the whole run (re-executes with it preloaded); tcmalloc speeds up CPU steps",
   )  # fmt: skip
   parser.add_argument(
     "--memory_budget_gib", type=float, default=0.0,

@@ -62,3 +62,192 @@ def test_every_run_record_is_found_under_its_key(family):
       assert config_hash(result["config"]) == run.name
     assert result["command"].startswith("python -m experiments.main --config=")
     assert isinstance(result["summary"], dict) and result["runs"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Every recorded command is a command of the current CLI: mapped by `current_command`, then parsed by the binary's
+# own flags (absl for experiments.main and experiments.generate, argparse for the others), and nothing run.
+
+# Option values renamed since a record was written, as the docs state beside its table (docs/benchmarks.md: the
+# decoding record's `--softmax_impl=auto` "is now spelled `--softmax_impl=einsum`"). `current_command` maps only
+# --config; such a rename belongs in recorded_commands.json once experiments.engine.records applies one.
+RENAMED_VALUES = {"--softmax_impl=auto": "--softmax_impl=einsum"}
+# Records that hold no command line: the step profile (`argv: null`, its table says so), the spectra (their
+# experiments.spectrum commands are in docs/results.md) and the LM throughput runs (a loop in docs/results.md).
+WITHOUT_COMMAND = (
+  "benchmarks/results/step_profile/",
+  "experiments/results/spectrum_",
+  "experiments/results/lm/throughput/",
+)
+
+
+class _Parsed(Exception):
+  """Raised where a binary has parsed its command line, before it checks or does anything else."""
+
+
+@pytest.fixture
+def stop_after_parsing(monkeypatch):
+  """argparse parsers (and experiments.generate, once its absl flags are read) raise `_Parsed(parser, args)`."""
+  import argparse
+
+  from primal_jax.cli import generate
+
+  original = argparse.ArgumentParser.parse_args
+
+  def parse_args(self, args=None, namespace=None):
+    raise _Parsed(self, original(self, args, namespace))
+
+  def generate_from_run(*args, **kwargs):
+    raise _Parsed(None, kwargs)
+
+  monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_args)
+  monkeypatch.setattr(generate, "generate_from_run", generate_from_run)
+
+
+def _binaries() -> dict:
+  """module -> the function that parses its command line (the arguments after `python -m MODULE`)."""
+  from benchmarks import decoding, efficiency, vs_release
+  from experiments import make_d4rl_dataset, pathfinder_learnability
+  from primal_jax.cli import generate
+  from primal_jax.cli.train import parse_command_line
+
+  return {
+    "experiments.main": lambda argv: parse_command_line(["experiments.main", *argv]),
+    "experiments.generate": lambda argv: generate.main(["experiments.generate", *argv]),
+    "experiments.pathfinder_learnability": pathfinder_learnability.main,
+    "experiments.make_d4rl_dataset": make_d4rl_dataset.main,
+    "benchmarks.decoding": decoding.parse_args,
+    "benchmarks.efficiency": efficiency.parse_args,
+    "benchmarks.vs_release": vs_release.parse_args,
+  }
+
+
+def command_error(command: str) -> str | None:
+  """Why the recorded `python -m MODULE ARGS...` line is not a command of the current CLI; None if it parses."""
+  import contextlib
+  import io
+  import shlex
+
+  for old, new in RENAMED_VALUES.items():
+    command = command.replace(old, new)
+  argv = shlex.split(current_command(command))
+  argv = argv[1:] if argv[:1] == ["python"] else argv
+  binaries = _binaries()
+  if len(argv) < 2 or argv[0] != "-m" or argv[1] not in binaries:
+    return "not a command of a known binary"
+  stderr = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(stderr):
+      binaries[argv[1]](argv[2:])
+  except _Parsed:
+    return None
+  except SystemExit as err:  # argparse's exit on a bad argument
+    return f"exit {err.code}: {' '.join(stderr.getvalue().split())[-200:]}"
+  except Exception as err:  # absl's flags.Error, ConfigError, ml_collections' errors on a --config.FIELD
+    return f"{type(err).__name__}: {err}"
+  return None  # experiments.main returns its parsed config
+
+
+def args_command(module: str, args: dict) -> str:
+  """The command line of a benchmark record that stores its parsed arguments (`meta.args`), rebuilt with the
+  current parser's options; an argument that parser lacks stays as `--NAME=VALUE`, so the command fails to parse."""
+  import argparse
+  import shlex
+
+  try:
+    _binaries()[module]([])
+  except _Parsed as parsed:
+    parser = parsed.args[0]
+  options = {action.dest: action for action in parser._actions if action.option_strings}
+  argv = []
+  for key, value in args.items():
+    action = options.get(key)
+    if value is None:
+      continue
+    if action is None:
+      argv.append(f"--{key}={value}")
+    elif isinstance(action, argparse.BooleanOptionalAction):
+      argv.append(action.option_strings[0] if value else "--no-" + action.option_strings[0].removeprefix("--"))
+    elif action.nargs == 0:  # store_true
+      argv += action.option_strings[:1] if value else []
+    elif isinstance(action, argparse._AppendAction):  # --set KEY=VALUE, recorded parsed as [KEY, VALUE]
+      argv += [f"{action.option_strings[0]}={v if isinstance(v, str) else f'{v[0]}={v[1]!r}'}" for v in value]
+    elif isinstance(value, list | tuple):
+      argv.append(f"{action.option_strings[0]}={','.join(map(str, value))}")
+    else:
+      argv.append(f"{action.option_strings[0]}={value}")
+  return shlex.join(["python", "-m", module, *argv])
+
+
+def recorded_commands() -> dict[str, str]:
+  """{where: command} of every record: a sweep run's result.json, a one-off record's `command`, the D4RL datasets'
+  commands, the LM samples' first line, a benchmark's `meta.command`, `meta.args` (rebuilt) or `runs[].argv`."""
+  import shlex
+
+  found = {}
+  for path in sorted(RECORDS[0].rglob("*.json")):
+    where = str(path.relative_to(ROOT))
+    if path.name == COMMAND_MAP.name or ("/runs/" in where and path.name != RESULT_FILE):
+      continue
+    record = json.loads(path.read_text())
+    if "command" in record:
+      found[where] = record["command"]
+    elif all(isinstance(v, dict) and "command" in v for v in record.values()):  # d4rl/datasets.json
+      found.update({f"{where}:{key}": v["command"] for key, v in record.items()})
+    else:
+      assert where.startswith(WITHOUT_COMMAND), f"{where}: a record without a command"
+  for path in sorted((RECORDS[0] / "lm" / "samples").glob("*.txt")):
+    found[str(path.relative_to(ROOT))] = path.read_text().splitlines()[0].removeprefix("$ ")
+  for path in sorted(RECORDS[1].rglob("*.json")):
+    where, record = str(path.relative_to(ROOT)), json.loads(path.read_text())
+    meta = record.get("meta", {})
+    if meta.get("command"):
+      found[where] = meta["command"]
+    elif isinstance(meta.get("args"), dict):
+      module = "benchmarks.vs_release" if path.name == "vs_release.json" else "benchmarks.efficiency"
+      found[where] = (module, meta["args"])
+    elif record.get("runs") and "argv" in record["runs"][0]:
+      found.update({f"{where}:{i}": shlex.join(["python", *r["argv"]]) for i, r in enumerate(record["runs"])})
+    else:
+      assert where.startswith(WITHOUT_COMMAND), f"{where}: a record without a command"
+  return found
+
+
+def test_every_recorded_command_parses_as_a_command_of_the_current_cli(stop_after_parsing):
+  commands = recorded_commands()
+  kinds = {c[0] if isinstance(c, tuple) else c.split()[2] for c in commands.values()}
+  assert {"experiments.main", "experiments.generate", "benchmarks.efficiency", "benchmarks.decoding"} <= kinds
+  assert sum("/runs/" in where for where in commands) >= 150  # every sweep run of uea, d4rl, lm and vit
+  failed = {}
+  for where, command in commands.items():
+    if isinstance(command, tuple):
+      command = args_command(*command)
+    if error := command_error(command):
+      failed[where] = f"{command[:120]}: {error}"
+  assert not failed, "\n".join(f"{where}: {why}" for where, why in failed.items())
+
+
+@pytest.mark.parametrize(
+  "command, why",
+  [
+    ("python -m experiments.main --config=uea:model=primal_plus --workdir=W --config.model.low_rank=8", "no field"),
+    ("python -m experiments.main --config=uea:family=primal_plus --workdir=W", "unknown config argument"),
+    ("python -m experiments.main --config=experiments/configs/uea.py --workdir=W --config.seed=x", "invalid literal"),
+    ("python -m experiments.main --config=uea --workdir=W --num_epochs=3", "Unknown command line flag"),
+    ("python -m benchmarks.decoding --contexts=1024 --softmax_impl=flash", "exit 2"),
+    ("python -m experiments.pathfinder_learnability --distractors=2", "exit 2"),
+    ("python -m experiments.gone --x=1", "not a command of a known binary"),
+  ],
+)
+def test_a_broken_command_does_not_parse(stop_after_parsing, command, why):
+  """The pre-refactor forms the UEA records were trained with (`family=`, `model.low_rank`) are refused, so a
+  record whose command was never rewritten would fail the test above."""
+  error = command_error(command)
+  assert error is not None and why in error, error
+
+
+def test_a_benchmark_record_with_an_argument_the_parser_lacks_does_not_parse(stop_after_parsing):
+  args = {"variants": "softmax", "lengths": "1024", "steps": 3, "rss": False, "set": [["model.dim", 32]]}
+  assert command_error(args_command("benchmarks.efficiency", args)) is None
+  assert "--no-rss" in args_command("benchmarks.efficiency", args)
+  assert "exit 2" in command_error(args_command("benchmarks.efficiency", {**args, "removed_option": 1}))

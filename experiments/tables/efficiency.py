@@ -164,6 +164,12 @@ def _seconds(value: float) -> str:
 NOT_RUN = {"memory": "over memory budget", "time": "over time budget"}
 
 
+def _commit(meta: dict) -> str:
+  """The commit a record names (its first 9 hex digits), or that it names none."""
+  commit = meta.get("git_commit")
+  return f"commit {commit[:9]}" if commit else "no commit recorded"
+
+
 def docs_table(name: str, base: Path) -> str:
   """The docs table `benchmark:<dir>`: seconds per 1,000 steps, memory and slopes of benchmarks/results/<dir>/."""
   folder = BENCHMARK_RESULTS / name
@@ -209,7 +215,7 @@ def docs_table(name: str, base: Path) -> str:
   caption = (
     f"Seconds per 1,000 training steps{ratios}; {meta['device_kind']} ({meta['platform']}), "
     f"{meta.get('cpu_count', '?')} CPUs, host allocator {meta.get('allocator', 'system')}, {args['steps']} timed "
-    f"steps x {args['repeats']} repeats, batch {args['batch_size']}, {meta['date'][:10]}; "
-    f"{link(folder / 'efficiency.md', base, 'all tables')}."
+    f"steps x {args['repeats']} repeats, batch {args['batch_size']}, {meta['date'][:10]}, "
+    f"{_commit(meta)}; {link(folder / 'efficiency.md', base, 'all tables')}."
   )
   return markdown.table(header, body) + "\n\n" + caption

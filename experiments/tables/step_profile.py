@@ -86,6 +86,17 @@ def summary_table(records: Iterable[Mapping]) -> str:
   return markdown.table(header, body)
 
 
+def gemm_spans(records: Iterable[Mapping]) -> str:
+  """Per product of `GEMMS`, the range over the records' shapes of its rate as a % of that record's peak."""
+  spans = []
+  for label in GEMMS:
+    shares = [
+      100 * rate / r["matmul_peak"] for r in records for key, rate in r["gemm_rates"].items() if key.startswith(label)
+    ]
+    spans.append(f"{label} {min(shares):.0f}-{max(shares):.0f}%")
+  return ", ".join(spans)
+
+
 def docs_table(name: str, base: Path) -> str:
   """The docs table `step_profile:<name>`: the summary of benchmarks/results/<name>/step_profile.json."""
   folder = BENCHMARK_RESULTS / name
@@ -96,8 +107,10 @@ def docs_table(name: str, base: Path) -> str:
   link = Path(os.path.relpath(folder / "step_profile.md", base)).as_posix()
   return (
     summary_table(records)
+    + f"\n\nThe Dense layers' matmul shapes alone, % of the peak measured in the same process: {gemm_spans(records)}."
     + f"\n\nOp time per step summed over XLA's threads, by class; roofline: every op at max(FLOPs / matmul peak, "
     f"bytes / triad bandwidth), measured in the same process (peak {peaks[0]:.0f}-{peaks[-1]:.0f} GFLOP/s, "
     f"bandwidth {triads[0]:.0f}-{triads[-1]:.0f} GB/s). Batch 8, LRA ListOps model, host allocator "
-    f"{meta['allocator']}, {meta['date']}; [per-op tables]({link})."
+    f"{meta['allocator']}, {meta['date']}{'' if meta.get('argv') else ', no command line recorded'}; "
+    f"[per-op tables]({link})."
   )

@@ -130,9 +130,10 @@ def training_tokens_per_second(run_dir: Path) -> float:
 
 
 def lm_sweep(table: str, base: Path) -> str:
-  """One language-modelling table: test bits per byte beside the release's WikiText-103 test perplexity (word
-  level, a different scale: direction only). The runs' own throughput is not shown: they ran on different
-  machines beside other jobs (`lm_throughput` measures it side by side)."""
+  """One language-modelling table: test bits per byte beside the WikiText-103 test perplexity that the release's
+  README reports (word level, a different scale: direction only; the paper has no language-modelling
+  experiment). The runs' own throughput is not shown: they ran on different machines beside other jobs
+  (`lm_throughput` measures it side by side)."""
   body = []
   from experiments.sweeps.lm import MODELS
 
@@ -140,7 +141,7 @@ def lm_sweep(table: str, base: Path) -> str:
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
     body[-1] += [_per_run(row), ran_on("lm", row)]
-  header = ["model", "setting", "paper (WikiText-103 ppl)", "ours (test bits/byte)", "time/run", "ran on"]
+  header = ["model", "setting", "release README (WikiText-103 ppl)", "ours (test bits/byte)", "time/run", "ran on"]
   return markdown.table(header, body, numeric_from=2)
 
 

@@ -1,5 +1,6 @@
 """The records of benchmarks/vs_release.py (`vs_release.json`) as Markdown: per (allocator, N, model) both sides'
-median step, their ratio, the other processes' load and memory; also the docs table `vs_release:<dir>`."""
+median step, their ratio, the other processes' load and memory; also the docs table `vs_release:<dir>` and its
+one-paragraph summary `vs_release_summary:<dir>`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import statistics
 from pathlib import Path
 
-from experiments.tables.common import BENCHMARK_RESULTS
+from experiments.tables.common import BENCHMARK_RESULTS, link
 from primal_jax import markdown
 
 SIDES = ("release", "ours")
@@ -99,3 +100,53 @@ def docs_table(name: str, base: Path) -> str:
   """The docs table `vs_release:<name>`: the table of benchmarks/results/<name>/vs_release.json."""
   del base  # no links to place
   return results_markdown(json.loads((BENCHMARK_RESULTS / name / "vs_release.json").read_text())).strip()
+
+
+ALLOCATOR_NAMES = {"system": "glibc malloc", "tcmalloc": "tcmalloc", "jemalloc": "jemalloc"}
+
+
+def _span(values: list[float]) -> str:
+  low, high = min(values), max(values)
+  return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
+
+
+def summary_markdown(results: dict) -> str:
+  """The record's ratios in one paragraph: release / primal_jax per model and allocator (the range over N),
+  and our own step under glibc malloc over tcmalloc, with the run's date and commit."""
+  meta, records = results["meta"], results["records"]
+  cells = {}
+  for allocator, n, model in dict.fromkeys((r["allocator"], r["seq_len"], r["model"]) for r in records):
+    mine = [r for r in records if (r["allocator"], r["seq_len"], r["model"]) == (allocator, n, model)]
+    cells[allocator, n, model] = {side: _cell([r for r in mine if r["side"] == side]) for side in SIDES}
+  lengths = sorted({n for _, n, _ in cells})
+  parts = []
+  for model in dict.fromkeys(m for _, _, m in cells):
+    spans = []
+    for allocator in dict.fromkeys(a for a, _, _ in cells):
+      ratios = [
+        c["release"]["median"] / c["ours"]["median"]
+        for (a, _, m), c in cells.items()
+        if (a, m) == (allocator, model) and c["release"] and c["ours"]
+      ]
+      if ratios:
+        spans.append(f"{_span(ratios)} with {ALLOCATOR_NAMES.get(allocator, allocator)}")
+    if spans:
+      parts.append(f"{model} {', '.join(spans)}")
+  text = (
+    f"Release / primal_jax seconds per step, {meta['args']['threads']} threads on both sides, N = "
+    f"{lengths[0]}-{lengths[-1]}: {'; '.join(parts)}."
+  )
+  allocator_ratios = [
+    c["ours"]["median"] / cells["tcmalloc", n, m]["ours"]["median"]
+    for (a, n, m), c in cells.items()
+    if a == "system" and c["ours"] and cells.get(("tcmalloc", n, m), {}).get("ours")
+  ]
+  if allocator_ratios:
+    text += f" Our step with glibc malloc over tcmalloc: {_span(allocator_ratios)}."
+  return text + f" Run of {meta['date'][:10]}, commit {(meta['git_commit'] or '?')[:9]}"
+
+
+def docs_summary(name: str, base: Path) -> str:
+  """The docs paragraph `vs_release_summary:<name>`: `summary_markdown` of benchmarks/results/<name>/."""
+  path = BENCHMARK_RESULTS / name / "vs_release.json"
+  return summary_markdown(json.loads(path.read_text())) + f" ({link(path, base)})."

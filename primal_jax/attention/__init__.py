@@ -1,4 +1,4 @@
-"""Attention modules: Primal-Attention, the softmax baseline and the LRA baselines, by name.
+"""Attention modules by name: Primal-Attention, softmax and the baselines of the paper's Tables 1, 2 and 4.
 
 Every mechanism is an `AttentionShell` (projections, dropout, output written once) plus its core;
 `register_attention(name, cls)` makes a new one available to every model config.

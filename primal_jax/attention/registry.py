@@ -47,7 +47,8 @@ for _name, _cls in {
   "softmax": SoftmaxAttention,
   # Softmax with GPT-2's masking arithmetic (the Decision Transformer release's non-Primal layers).
   "gpt2": GPT2Attention,
-  # The paper's LRA baselines (primal_jax.attention.baselines).
+  # Baselines of the paper's tables (primal_jax.attention.baselines): linear and cosFormer are Table 1 / 4 ones,
+  # Performer is in Tables 1, 2 and 4, Linformer and Nystromformer in Table 2 (LRA) only.
   "linear": LinearAttention,
   "performer": PerformerAttention,
   "linformer": LinformerAttention,

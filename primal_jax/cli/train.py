@@ -138,17 +138,21 @@ def _usage(prog: str) -> str:
   return USAGE.format(prog=prog, names=", ".join(list_configs()), flags="\n".join(lines))
 
 
-def define_config_flag(help_text: str):
+def define_config_flag(help_text: str, flag_values=None, sys_argv: list[str] | None = None):
   """Defines absl's `--config` (with `--config.FIELD=VALUE` overrides) resolved by name or path through
   `config_lookup.load_config`; returns (the flag holder, the parser class, whose `loaded` is the last config).
 
   The stock parser only reads files, turns a config's error into a traceback inside the message and defers a
   missing file's OSError; every binary that takes a config uses this one (`experiments/pretrained_run.py` too).
+  `flag_values` (default: absl's global FLAGS) and `sys_argv` (the arguments whose `--config.FIELD` overrides
+  are defined; default sys.argv) let a caller parse a command line of its own (`parse_command_line`).
   """
   from absl import flags
   from ml_collections import config_flags
 
   from primal_jax.cli import config_lookup
+
+  flag_values = flags.FLAGS if flag_values is None else flag_values
 
   class ConfigLookupParser(flags.ArgumentParser):
     loaded = None
@@ -160,9 +164,55 @@ def define_config_flag(help_text: str):
     def flag_type(self):
       return "config object"
 
-  holder = config_flags.DEFINE_config_file("config", None, help_text, lock_config=True)
-  flags.FLAGS["config"].parser = ConfigLookupParser()
+  holder = config_flags.DEFINE_config_file(
+    "config", None, help_text, flag_values=flag_values, lock_config=True, sys_argv=sys_argv
+  )
+  flag_values["config"].parser = ConfigLookupParser()
   return holder, ConfigLookupParser
+
+
+def define_flags(flag_values=None, sys_argv: list[str] | None = None):
+  """The binary's own flags (`OWN_FLAGS`) on `flag_values` (default: absl's global FLAGS); returns their holders
+  (config, workdir, allocator, list_configs) and the config parser class (`define_config_flag`)."""
+  from absl import flags
+
+  from primal_jax.launch import host_allocator
+
+  flag_values = flags.FLAGS if flag_values is None else flag_values
+  config_flag, parser_class = define_config_flag(
+    "a packaged config's name or a config file, with optional ':ARGS' (uea:smoke)", flag_values, sys_argv
+  )
+  on = {"flag_values": flag_values}
+  workdir_flag = flags.DEFINE_string("workdir", None, "directory for checkpoints, metrics and config.json", **on)
+  allocator_flag = flags.DEFINE_enum(
+    "allocator", "auto", list(host_allocator.CHOICES),
+    "host malloc (CPU runs): auto = tcmalloc where installed, else glibc's; tcmalloc or jemalloc re-execute "
+    "the command with that library preloaded (an error if it is missing); system = as the process started", **on,
+  )  # fmt: skip
+  list_flag = flags.DEFINE_bool("list_configs", False, "print the packaged configs, one a line, and exit", **on)
+  flags.DEFINE_bool("debug", False, "print the traceback above a one-line error", **on)
+  return (config_flag, workdir_flag, allocator_flag, list_flag), parser_class
+
+
+def parse_command_line(argv: list[str]):
+  """Parses `argv` (argv[0] the program) as the binary does, on flags of its own (absl's global FLAGS are left
+  alone), and trains nothing: returns (the config, the workdir). A mistake raises what `run` reports in one line
+  (`flags.Error`, `ConfigError`, or ml_collections' AttributeError / KeyError / TypeError / ValueError); a
+  `--config.FIELD` the config lacks is a ConfigError naming the fields it has. Used by tests/test_records.py to
+  check that every recorded command is still a command of this binary."""
+  from absl import flags
+
+  argv = list(argv)
+  values = flags.FlagValues()
+  (config_flag, workdir_flag, _, _), parser_class = define_flags(values, sys_argv=argv)
+  try:
+    values(argv)
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as err:
+    unknown = _unknown_override(parser_class.loaded, argv[1:]) if parser_class.loaded is not None else None
+    if unknown:
+      raise ConfigError(unknown) from err
+    raise
+  return config_flag.value, workdir_flag.value
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -173,17 +223,7 @@ def run(argv: list[str] | None = None) -> None:
   from primal_jax.launch import host_allocator
   from primal_jax.training.loop import train_and_evaluate
 
-  config_flag, ConfigLookupParser = define_config_flag(
-    "a packaged config's name or a config file, with optional ':ARGS' (uea:smoke)"
-  )
-  workdir_flag = flags.DEFINE_string("workdir", None, "directory for checkpoints, metrics and config.json")
-  allocator_flag = flags.DEFINE_enum(
-    "allocator", "auto", list(host_allocator.CHOICES),
-    "host malloc (CPU runs): auto = tcmalloc where installed, else glibc's; tcmalloc or jemalloc re-execute "
-    "the command with that library preloaded (an error if it is missing); system = as the process started",
-  )  # fmt: skip
-  list_flag = flags.DEFINE_bool("list_configs", False, "print the packaged configs, one a line, and exit")
-  flags.DEFINE_bool("debug", False, "print the traceback above a one-line error")
+  (config_flag, workdir_flag, allocator_flag, list_flag), ConfigLookupParser = define_flags()
 
   from_command_line = argv is None
   argv = list(sys.argv if argv is None else argv)

@@ -9,10 +9,10 @@ Data: by default 6 MB of real English Wikipedia XML (enwik8's format) shipped in
 
 The release's language model (fairseq `transformer_lm` on WikiText-103, word level): 6 decoder layers, the last
 one causal Primal-Attention with data-independent W_e, W_r (s = 30, eta = 0.1), 512-token context; test
-perplexity 31.0 against 33.0 for the same Transformer with softmax everywhere (the release's README; the paper
-states the 6-layer decoder, s = 30 and eta = 0.1). Not reproduced here: WikiText-103 is not reachable offline and
-a 6-layer word-level run does not fit this machine. This config trains the same kinds of models byte by byte on
-real Wikipedia XML.
+perplexity 31.0 against 33.0 for the same Transformer with softmax everywhere. These numbers and settings are
+the release's (its README and LM code), not the paper's: the paper has no language-modelling experiment. Not
+reproduced here: WikiText-103 is not reachable offline and a 6-layer word-level run does not fit this machine.
+This config trains the same kinds of models byte by byte on real Wikipedia XML.
 
 Objective `next_token`: cross-entropy per real target byte, reported as bits per byte (= mean cross-entropy /
 ln 2) and perplexity, selected on validation bits per byte (lower is better). Evaluation covers a whole split in
