@@ -12,8 +12,11 @@ timed (the last one at position c - 2); repeats are interleaved across the model
 as seconds per token and its ratio to the KV cache, with the state's size in bytes and XLA's temporary memory
 of the compiled step (`memory_analysis`). The machine is shared and noisy: compare the rows of one run.
 
-Each timed run is one compiled loop of `--steps` greedy steps (`lm.greedy_decode`, cache donated): what is timed
-is the step itself, not Python's dispatch of it. The same process measures the memory bandwidth (an in-place
+Each timed run is one compiled loop of greedy steps (`lm.greedy_decode`, cache donated), timed at `--steps` steps
+and at 1 step on the same filled cache: the time per token is the difference over `--steps` - 1, the step itself
+in steady state, without the call's fixed cost (dispatching the loop with its parameters and donated cache, about
+0.45 ms here, a quarter of PrimalFormer's 8-step loop) or the first step's cold caches (the records also keep
+that fixed cost, `call_ms`). The same process measures the memory bandwidth (an in-place
 triad, `benchmarks.harness.measure.triad_bandwidth`) and the matmul peak, and each record gets its roofline: the
 bytes one step must read (the weights it multiplies by, plus the whole decoding state: a softmax layer reads its
 `max_len` cache under a mask), the time that takes at the measured bandwidth, and the fraction of that bound the
@@ -120,7 +123,7 @@ def prepared_runner(variant: str, context: int, batch: int, args):
     logits, c = decode_step(model, p, c, t)
     return jnp.argmax(logits[:, -1:], axis=-1).astype(jnp.int32), c
 
-  loop = jax.jit(functools.partial(greedy_decode, model, steps=args.steps), donate_argnums=1)
+  loops = {n: jax.jit(functools.partial(greedy_decode, model, steps=n), donate_argnums=1) for n in (1, args.steps)}
   cache = init_cache(model, batch)
   state_bytes = sum(int(x.nbytes) for x in jax.tree.leaves(cache))
   prefill = context - args.steps - 1
@@ -140,15 +143,24 @@ def prepared_runner(variant: str, context: int, batch: int, args):
   }
   sizes["bytes_per_step"] = sizes["weight_bytes"] + state_bytes
 
-  def run() -> float:
+  def timed(steps: int) -> float:
     c = jax.tree.map(jnp.copy, cache)  # a fresh copy each time: the loop consumes (donates) its own
     jax.block_until_ready(c)
     start = time.perf_counter()
-    jax.block_until_ready(loop(params, c, token))
-    return (time.perf_counter() - start) / args.steps
+    jax.block_until_ready(loops[steps](params, c, token))
+    return time.perf_counter() - start
 
+  def run() -> float:
+    one, many = timed(1), timed(args.steps)
+    samples["one"].append(one)
+    samples["many"].append(many)
+    return (many - one) / (args.steps - 1)  # the marginal step: no fixed cost of the call, no cold first step
+
+  samples: dict[str, list[float]] = {"one": [], "many": []}  # seconds of each run's 1-step and --steps loops
   run()  # compile and warm up
-  return run, sizes
+  samples["one"].clear()
+  samples["many"].clear()
+  return run, sizes, samples
 
 
 def measure_rates(args) -> dict:
@@ -174,15 +186,21 @@ def measure(args) -> dict:
   records = []
   for batch in args.batch:
     for context in args.contexts:
-      runners, sizes = {}, {}
+      runners, sizes, samples = {}, {}, {}
       for variant in VARIANTS:
-        runners[variant], sizes[variant] = prepared_runner(variant, context, batch, args)
-      times = harness.interleaved_timings(runners, args.repeats)
+        runners[variant], sizes[variant], samples[variant] = prepared_runner(variant, context, batch, args)
+      harness.interleaved_timings(runners, args.repeats)
       for variant in VARIANTS:
-        seconds = statistics.median(times[variant])
+        one, many = (statistics.median(samples[variant][n]) for n in ("one", "many"))
+        seconds = (many - one) / (args.steps - 1)
+        if seconds <= 0:  # the loops' difference drowned in the timer's noise: no number rather than a wrong one
+          raise RuntimeError(
+            f"{variant} B={batch} context {context}: the {args.steps}-step loop was not slower than the 1-step "
+            "loop; raise --steps or --repeats"
+          )
         records.append({
           "variant": f"{variant} B={batch}", "model": variant, "batch": batch, "seq_len": context,
-          "ms_per_token": 1e3 * seconds, **sizes[variant],
+          "ms_per_token": 1e3 * seconds, "call_ms": 1e3 * one, **sizes[variant],
         })  # fmt: skip
         print(f"B={batch} context {context:>6}  {variant:<17} {1e3 * seconds:9.3f} ms/token  "
               f"state {sizes[variant]['state_bytes']:>14,} bytes", flush=True)  # fmt: skip
@@ -242,6 +260,10 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--scaling_context", type=int, default=1024)
   parser.add_argument("--out", type=Path, default=None)
   args = parser.parse_args(argv)
+  if args.steps < 2:
+    parser.error(
+      f"--steps must be >= 2 (the time per token is the difference of a --steps and a 1-step loop), got {args.steps}"
+    )
   if min(args.contexts) <= args.steps + 1:
     parser.error(f"--contexts must all exceed --steps + 1 = {args.steps + 1}")
   if args.scaling_batches and args.scaling_context <= args.steps + 1:
