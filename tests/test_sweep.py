@@ -19,7 +19,7 @@ import pytest
 from experiments.engine.aggregate import stored_rows, write_results
 from experiments.engine.records import RESULT_FILE
 from experiments.engine.runner import run_sweep
-from experiments.engine.spec import Cell, Run, Sweep, config_hash, load_sweep, plan, resolve
+from experiments.engine.spec import Cell, Run, Sweep, config_hash, load_sweep, plan, resolve, select
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError
 
@@ -58,8 +58,8 @@ def test_fields_added_at_their_neutral_value_leave_the_hash_alone():
   config.data.missing = "zero"
   assert config_hash(config) != config_hash(without)
   recorded = {path.name for path in (ROOT / "experiments" / "results" / "uea" / "runs").iterdir()}
-  planned = plan(load_sweep(UEA_SWEEP).runs)
-  assert len(planned) == 108 and set(planned) <= recorded
+  planned = select(plan(load_sweep(UEA_SWEEP).runs), ["table1", "table6", "table8", "basicmotions"])
+  assert len(planned) == 108 and {p.key for p in planned} <= recorded
 
 
 def test_resolve_applies_protocol_seed_and_overrides():
@@ -80,7 +80,7 @@ def test_resolve_applies_protocol_seed_and_overrides():
 
 
 def test_uea_sweep_plan():
-  sweep = load_sweep(UEA_SWEEP)
+  sweep = load_sweep(f"{UEA_SWEEP}:seeds=0")  # the recorded grid alone (table1_all: tests/test_paper_sweeps.py)
   planned = plan(sweep.runs)
   # (3 Table 1 + 12 Table 6 + 2 Table 8 + 3 BasicMotions) rows x 3 seeds x 2 protocols; 2 rows are duplicates.
   assert len(sweep.runs) == 20 * 3 * 2 and len(planned) == 18 * 3 * 2
@@ -114,9 +114,9 @@ def test_uea_sweep_plan():
     (("softmax", "primal"), False),
   }
 
-  release = load_sweep(f"{UEA_SWEEP}:epochs=100,seeds=1")
+  release = load_sweep(f"{UEA_SWEEP}:epochs=100,seeds=0,ablation_seeds=1")
   assert len(release.runs) == 40 and {resolve(r).num_epochs for r in release.runs} == {100}
-  smoke = plan(load_sweep(f"{UEA_SWEEP}:smoke,seeds=1,data_dir=/data").runs)
+  smoke = plan(load_sweep(f"{UEA_SWEEP}:smoke,seeds=1,ablation_seeds=1,data_dir=/data").runs)
   assert all(p.config.total_steps == 3 and p.config.model.dim == 32 for p in smoke.values())
   assert {p.config.data.data_dir for p in smoke.values()} == {"/data"}
 
@@ -130,7 +130,7 @@ def fake_result(planned_run, accuracy: float, wall: float) -> dict:
 
 
 def test_aggregation_matches_numpy(tmp_path):
-  sweep = load_sweep(f"{UEA_SWEEP}:smoke")
+  sweep = load_sweep(f"{UEA_SWEEP}:smoke,seeds=0")  # the recorded grid's tables
   planned = plan(sweep.runs)
   rng = np.random.default_rng(0)
   truth, walls = {}, []

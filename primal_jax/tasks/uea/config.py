@@ -14,7 +14,9 @@ Arguments (`--config=uea:dataset=Heartbeat,model=softmax`):
   dataset: a UEA problem name; `source=aeon` has JapaneseVowels and
     BasicMotions, any other needs `source=/path/to/Multivariate2018_ts`.
   model: primalformer | primal_plus (Primal.+Trans.) | softmax (Trans.) | any registered attention
-    name (every layer uses it).
+    name (every layer uses it). Baselines whose defaults do not fit these short series get sized options
+    (`baseline_options`): Reformer chunks of 4, 4 hash rounds, fresh rotations per call, the series padded
+    to a multiple of 4 (JapaneseVowels 29 -> 32); Longformer a 16-wide window; SOFT ceil(N / 4) landmarks.
   smoke: a seconds-long run on a tiny model (tests, CI, notebooks).
 Any field can be overridden with `--config.x=y`, e.g. `--config.ksvd.eta=0.2`.
 
@@ -125,6 +127,30 @@ PAPER_TABLE8 = {
 # Datasets without release settings (BasicMotions) get the release's option defaults; the softmax
 # Trans. uses the PrimalFormer table's schedule (its eta and s are unused).
 FALLBACK = dict(low_rank=20, eta=0.1, rank_multi=10)
+# The longest series (train and test) of the embedded datasets: what the baselines' length-bound options are sized
+# to (`baseline_options`); other datasets keep those mechanisms' defaults, which refuse a length they cannot take.
+SERIES_LENGTH = {"JapaneseVowels": 29, "BasicMotions": 100}
+# Reformer as the Time-Series-Library's ReformerLayer (the paper's Table 1 baselines come from Flowformer [11],
+# which runs on it): LSH buckets of 4 (chunks of 4 looking one chunk back), 4 hash rounds, fresh rotations at
+# every call; the series is zero-padded (masked) to a multiple of the chunk length.
+REFORMER = dict(chunk_length=4, num_hashes=4, rotations="per_call")
+LONGFORMER_WINDOW = 16  # 8 positions each side (+ the first position global): a real window at N = 29 and 100
+SOFT_POSITIONS_PER_LANDMARK = 4  # m = ceil(N / 4) pooled landmarks, the ratio of upstream's conv_block 4
+
+
+def baseline_options(model: str, dataset: str) -> tuple[dict, int]:
+  """(options, data.seq_len) for a baseline whose class defaults do not fit UEA series (Reformer: N a multiple
+  of its 64-chunks, else full attention; Longformer: a 256 window, full attention here; SOFT: 64 landmarks
+  > N); ({}, 0) for every other model. seq_len 0 is the longest series."""
+  length = SERIES_LENGTH.get(dataset)
+  if model == "reformer":
+    chunk = REFORMER["chunk_length"]
+    return dict(REFORMER), (-(-length // chunk) * chunk if length else 0)
+  if model == "longformer":
+    return dict(window=LONGFORMER_WINDOW), 0
+  if model == "soft" and length:
+    return dict(num_landmarks=-(-length // SOFT_POSITIONS_PER_LANDMARK)), 0
+  return {}, 0
 
 
 def hyper_parameters(dataset: str, model: str) -> dict:
@@ -172,6 +198,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     dtype="float32",
     param_dtype="float32",
   )
+  options, seq_len = baseline_options(args["model"], args["dataset"])
+  if options:
+    config.model.attention[args["model"]] = options
+    config.data.seq_len = seq_len
   config.ksvd = dict(eta=hp["eta"] if "primal" in config.model.layers else 0.0, spec="release_sequence")
   # grad_clip_norm: the release's SupervisedRunner, clip_grad_norm_(max_norm=4.0) every step.
   config.optimizer = optimizer(hp["optimizer"], 1e-3, grad_clip_norm=4.0)
