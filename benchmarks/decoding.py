@@ -13,10 +13,11 @@ as seconds per token and its ratio to the KV cache, with the state's size in byt
 of the compiled step (`memory_analysis`). The machine is shared and noisy: compare the rows of one run.
 
 Each timed run is one compiled loop of greedy steps (`lm.greedy_decode`, cache donated), timed at `--steps` steps
-and at 1 step on the same filled cache: the time per token is the difference over `--steps` - 1, the step itself
-in steady state, without the call's fixed cost (dispatching the loop with its parameters and donated cache, about
-0.45 ms here, a quarter of PrimalFormer's 8-step loop) or the first step's cold caches (the records also keep
-that fixed cost, `call_ms`). The same process measures the memory bandwidth (an in-place
+and at 1 step on the same filled cache: the time per token is the difference of their best repeats over
+`--steps` - 1, the step itself in steady state, without the call's fixed cost (dispatching the loop with its
+parameters and donated cache, about 0.45 ms here, a quarter of PrimalFormer's 8-step loop) or the first step's
+cold caches (the records keep that call's time, `call_ms`, and the CPU seconds per wall second of the loop,
+`cpu_per_wall`: how many threads the step keeps busy). The same process measures the memory bandwidth (an in-place
 triad, `benchmarks.harness.measure.triad_bandwidth`) and the matmul peak, and each record gets its roofline: the
 bytes one step must read (the weights it multiplies by, plus the whole decoding state: a softmax layer reads its
 `max_len` cache under a mask), the time that takes at the measured bandwidth, and the fraction of that bound the
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import statistics
 import time
 from pathlib import Path
@@ -143,23 +145,25 @@ def prepared_runner(variant: str, context: int, batch: int, args):
   }
   sizes["bytes_per_step"] = sizes["weight_bytes"] + state_bytes
 
-  def timed(steps: int) -> float:
+  def timed(steps: int) -> tuple[float, float]:
     c = jax.tree.map(jnp.copy, cache)  # a fresh copy each time: the loop consumes (donates) its own
     jax.block_until_ready(c)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     jax.block_until_ready(loops[steps](params, c, token))
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
   def run() -> float:
-    one, many = timed(1), timed(args.steps)
+    (one, _), (many, cpu) = timed(1), timed(args.steps)
     samples["one"].append(one)
     samples["many"].append(many)
+    samples["cpu_per_wall"].append(cpu / many)  # this process's threads busy during the loop, on average
     return (many - one) / (args.steps - 1)  # the marginal step: no fixed cost of the call, no cold first step
 
-  samples: dict[str, list[float]] = {"one": [], "many": []}  # seconds of each run's 1-step and --steps loops
+  # Seconds of each run's 1-step and --steps loops, and the --steps loop's CPU seconds per wall second.
+  samples: dict[str, list[float]] = {"one": [], "many": [], "cpu_per_wall": []}
   run()  # compile and warm up
-  samples["one"].clear()
-  samples["many"].clear()
+  for values in samples.values():
+    values.clear()
   return run, sizes, samples
 
 
@@ -191,7 +195,9 @@ def measure(args) -> dict:
         runners[variant], sizes[variant], samples[variant] = prepared_runner(variant, context, batch, args)
       harness.interleaved_timings(runners, args.repeats)
       for variant in VARIANTS:
-        one, many = (statistics.median(samples[variant][n]) for n in ("one", "many"))
+        # The best repeat of each loop (as the bandwidth's best triad): a time slice lost to another process
+        # lands in one repeat of one loop, and would otherwise land in the difference.
+        one, many = (min(samples[variant][n]) for n in ("one", "many"))
         seconds = (many - one) / (args.steps - 1)
         if seconds <= 0:  # the loops' difference drowned in the timer's noise: no number rather than a wrong one
           raise RuntimeError(
@@ -200,16 +206,19 @@ def measure(args) -> dict:
           )
         records.append({
           "variant": f"{variant} B={batch}", "model": variant, "batch": batch, "seq_len": context,
-          "ms_per_token": 1e3 * seconds, "call_ms": 1e3 * one, **sizes[variant],
+          "ms_per_token": 1e3 * seconds, "call_ms": 1e3 * one,
+          "cpu_per_wall": statistics.median(samples[variant]["cpu_per_wall"]), **sizes[variant],
         })  # fmt: skip
         print(f"B={batch} context {context:>6}  {variant:<17} {1e3 * seconds:9.3f} ms/token  "
               f"state {sizes[variant]['state_bytes']:>14,} bytes", flush=True)  # fmt: skip
   end_bandwidth = harness.triad_bandwidth(args.triad_elements, in_place=True)
   bandwidth = max(rates["bandwidth_bytes_per_s"], end_bandwidth)  # the better of the two: a bound, not a typical rate
+  one_thread = harness.one_thread_bandwidth(args.triad_elements)
   for record in records:
     bound = record["bytes_per_step"] / bandwidth
     record["bound_ms"] = 1e3 * bound
     record["bound_fraction"] = record["bound_ms"] / record["ms_per_token"]
+    record["one_thread_bound_ms"] = 1e3 * record["bytes_per_step"] / one_thread
   device = jax.devices()[0]
   meta = {
     "devices": str(jax.devices()),
@@ -224,6 +233,8 @@ def measure(args) -> dict:
     + " ".join(f"--{k}={_flag(v)}" for k, v in vars(args).items() if k != "out"),
     "bandwidth_bytes_per_s": bandwidth,
     "bandwidth_start_end": [rates["bandwidth_bytes_per_s"], end_bandwidth],
+    "one_thread_bandwidth_bytes_per_s": one_thread,  # NumPy's a <- b + c: one thread's memory bandwidth
+    "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
     "matmul_peak": rates["matmul_peak"],
   }
   results = {"meta": meta, "records": records}

@@ -41,6 +41,7 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
       assert plus == (kv - 4) // 2 + 4 + (primal - 4) // 2
       assert all(records[v, batch, context]["ms_per_token"] > 0 for v in decoding.VARIANTS)
       assert all(records[v, batch, context]["call_ms"] > 0 for v in decoding.VARIANTS)  # the 1-step loop's call
+      assert all(0 < records[v, batch, context]["cpu_per_wall"] < 64 for v in decoding.VARIANTS)
     # XLA's temporaries: the Primal step's do not grow with the context.
     temps = {v: [records[v, batch, c]["xla_temp_bytes"] for c in (24, 48)] for v in decoding.VARIANTS}
     assert temps["primal_state"][0] == temps["primal_state"][1] > 0
@@ -51,6 +52,8 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
         assert r["bytes_per_step"] == r["weight_bytes"] + r["state_bytes"]
         assert r["bound_ms"] == pytest.approx(1e3 * r["bytes_per_step"] / results["meta"]["bandwidth_bytes_per_s"])
         assert r["bound_fraction"] == pytest.approx(r["bound_ms"] / r["ms_per_token"])
+        one = results["meta"]["one_thread_bandwidth_bytes_per_s"]
+        assert r["one_thread_bound_ms"] == pytest.approx(1e3 * r["bytes_per_step"] / one)
     # The weights: every parameter but the embedding tables, of which one row per sequence (token and position).
     args = argparse.Namespace(layers=2, dim=16, heads=2, low_rank=3)
     for variant in decoding.VARIANTS:
@@ -59,6 +62,7 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
       total = sum(x.nbytes for x in jax.tree.leaves(params))
       assert records[variant, batch, 48]["weight_bytes"] == total - tables + batch * 2 * 16 * 4
   text = (tmp_path / "decoding.md").read_text()
+  assert text.count(" threads, ") == 2 * 3 * 2  # a cell per batch, model and context
   assert text.count("(1.00x)") >= 2 * 3 * 2 and "batch 3" in text and (tmp_path / "decoding.png").stat().st_size > 1000
   meta = results["meta"]
   assert meta["platform"] == "cpu" and meta["device_kind"] and meta["softmax_impl"] == "einsum"

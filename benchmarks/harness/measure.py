@@ -180,6 +180,19 @@ def triad_bandwidth(elements: int, repeats: int = 20, *, in_place: bool = False)
   return 3 * 4 * elements / min(seconds)  # the best repeat: what the memory system can deliver
 
 
+def one_thread_bandwidth(elements: int, repeats: int = 20) -> float:
+  """Best bytes per second of NumPy's `a <- b + c` over float32 arrays of `elements` (3 arrays moved): the memory
+  bandwidth one thread reaches (a NumPy ufunc runs on the calling thread), the bound of a step XLA runs on one."""
+  a, b, c = (np.full((elements,), v, np.float32) for v in (0.0, 1.0, 2.0))
+  np.add(b, c, out=a)  # touch every page first
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    np.add(b, c, out=a)
+    seconds.append(time.perf_counter() - start)
+  return 3 * 4 * elements / min(seconds)
+
+
 def roofline(flops_per_step: float | None, sec_per_step: float | None, peak_flops_per_s: float | None) -> dict:
   """Achieved FLOP/s of a step and its fraction of the measured matmul peak (None where unknown)."""
   if not flops_per_step or not sec_per_step:

@@ -20,9 +20,15 @@ from primal_jax import markdown
 def results_markdown(results: dict) -> str:
   """Every table of a decoding result."""
   meta = results["meta"]
+  repeats, steps = meta["config"]["repeats"], meta["config"]["steps"]
+  timing = (
+    f"the marginal step: (best {steps}-step loop - best 1-step loop) / {steps - 1}, over {repeats} interleaved repeats"
+    if all("call_ms" in r for r in results["records"])
+    else f"median of {repeats} interleaved repeats of {steps} steps"  # records before the marginal step
+  )
   parts = [
-    f"Milliseconds per decoded token (ratio to the KV cache), median of {meta['config']['repeats']} interleaved "
-    f"repeats of {meta['config']['steps']} steps; {meta['devices']}, {meta['date']}; `{meta['command']}`"
+    f"Milliseconds per decoded token (ratio to the KV cache), {timing}; {meta['devices']}, {meta['date']}; "
+    f"`{meta['command']}`"
   ]
   tables = (
     ("ms_per_token", "Milliseconds per decoded token", 1.0),
@@ -65,6 +71,22 @@ def roofline_table(records) -> str:
   return markdown.table(["model", *(f"N={n}" for n in lengths), "slope of ms"], rows)
 
 
+def threads_table(records) -> str:
+  """A row per model, a column per context: the threads the step kept busy (CPU seconds per wall second of the
+  timed loop) and the fraction of the bound at one thread's bandwidth (one-thread bound ms / measured ms)."""
+  lengths = sorted({r["seq_len"] for r in records})
+  cell = {(r["model"], r["seq_len"]): r for r in records}
+  rows = []
+  for model in dict.fromkeys(r["model"] for r in records):
+    row = [model]
+    for n in lengths:
+      r = cell.get((model, n))
+      fraction = None if r is None else r["one_thread_bound_ms"] / r["ms_per_token"]
+      row.append("-" if r is None else f"{r['cpu_per_wall']:.2f} threads, {100 * fraction:.0f}%")
+    rows.append(row)
+  return markdown.table(["model", *(f"N={n}" for n in lengths)], rows)
+
+
 def read_table(records) -> str:
   """MiB one step must read (weights + state) per model and context."""
   lengths = sorted({r["seq_len"] for r in records})
@@ -99,6 +121,11 @@ def roofline_sections(results: Mapping) -> list[str]:
       f"Fraction of the bandwidth bound reached (bound ms / measured ms per token), batch {batch}:\n\n"
       f"{roofline_table(records)}"
     )
+    if all("cpu_per_wall" in r for r in records):
+      parts.append(
+        f"Threads the step keeps busy (CPU s / wall s) and fraction of the bound at one thread's bandwidth "
+        f"({meta['one_thread_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s), batch {batch}:\n\n{threads_table(records)}"
+      )
   if results.get("prefill"):
     rows = [
       [
