@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from experiments import lra_params
 from experiments.engine.runner import run_sweep
 from experiments.engine.spec import Sweep, load_sweep, plan, select
 from primal_jax.cli.config_lookup import load_config
@@ -21,13 +22,11 @@ from primal_jax.tasks.uea import config as uea_config
 
 UEA_SWEEP = "experiments/sweeps/uea.py"
 LRA_SWEEP = "experiments/sweeps/lra.py"
-D4RL_SWEEP = "experiments/sweeps/d4rl.py"
 UEA_SHAPES = {"JapaneseVowels": (12, 9), "BasicMotions": (6, 4)}  # channels, classes
 TABLE1 = ["softmax", "linear", "reformer", "longformer", "performer", "yoso_e", "cosformer", "soft", "flowformer"]
 TABLE1 += ["primalformer", "primal_plus"]
 TABLE2 = ["softmax", "reformer", "performer", "linformer", "nystromformer", "longformer", "yoso_e"]
 TABLE2 += ["primalformer", "primal_plus"]
-TABLE4 = ["dt", "linear", "reformer", "performer", "cosformer", "flowformer", "primal_dt"]
 
 
 def _model(run) -> str:
@@ -123,3 +122,50 @@ def test_table1_class_defaults_that_do_not_fit_are_refused(dataset, model, optio
   inputs = (np.zeros((1, length, channels), np.float32), np.ones((1, length), bool))
   with pytest.raises(ValueError, match=refusal):
     jax.eval_shape(lambda: built.module.init(jax.random.key(0), *inputs, deterministic=True))
+
+
+# --- Table 2 (LRA)
+
+
+def test_table2_plans_every_mechanism_task_and_seed():
+  sweep = load_sweep(LRA_SWEEP)
+  counts = collections.Counter((r.cell.table, _model(r)) for r in sweep.runs)
+  expected = {("listops", m): 3 for m in TABLE2}
+  expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("softmax", "primalformer", "primal_plus")}
+  expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("linformer", "yoso_e")}
+  assert counts == expected and len(plan(sweep.runs)) == 57
+  assert {r.protocol for r in sweep.runs} == {"own_validation"} and all(",short" in r.config for r in sweep.runs)
+  assert set(sweep.baselines) == {"listops", "image", "pathfinder"}
+  papers = {(r.cell.table, dict(r.cell.labels)["model"]): r.cell.paper for r in sweep.runs}
+  assert papers["listops", "Reformer"] == 19.1 and papers["image", "Primal.+Trans."] == 43.9
+  assert papers["pathfinder", "Primal.+Trans."] == 74.3 and papers["listops", "YOSO-E"] == 37.3
+  other = load_sweep(f"{LRA_SWEEP}:image_baselines=reformer+nystromformer,seeds=1")
+  assert {_model(r) for r in other.runs if r.cell.table == "image"} == {
+    "softmax",
+    "primalformer",
+    "primal_plus",
+    "reformer",
+    "nystromformer",
+  }
+  for bad in ("softmax+linformer", "linformer", "linformer+linformer", "linformer+soft"):
+    with pytest.raises(ConfigError, match="image_baselines"):
+      load_sweep(f"{LRA_SWEEP}:image_baselines={bad}")
+
+
+def test_table2_every_planned_model_builds_at_its_tasks_length():
+  planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1").runs)
+  assert len(planned) == 19
+  for p in planned.values():
+    task = p.runs[0].cell.table
+    assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
+    assert (p.config.data.val_fraction if task == "image" else p.config.data.num_validation) > 0
+    assert lra_params.count_config_params(p.config, task) > 0, (task, _model(p.runs[0]))
+
+
+@pytest.mark.slow
+def test_every_listops_mechanism_trains_a_smoke_run(tmp_path):
+  sweep = _only(load_sweep(f"{LRA_SWEEP}:smoke,seeds=1"), "listops")
+  assert {p.config.total_steps for p in plan(sweep.runs).values()} == {3}
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
+  assert not report["failed"] and len(report["ran"]) == 9
+  assert all(row.n == 1 for row in report["rows"])
