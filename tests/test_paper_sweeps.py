@@ -12,8 +12,9 @@ import jax
 import numpy as np
 import pytest
 
+from experiments import lra_params
 from experiments.engine.runner import run_sweep
-from experiments.engine.spec import Sweep, load_sweep, plan, select
+from experiments.engine.spec import Sweep, load_sweep, plan, resolve, select
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError
 from primal_jax.models.registry import build_model
@@ -123,3 +124,103 @@ def test_table1_class_defaults_that_do_not_fit_are_refused(dataset, model, optio
   inputs = (np.zeros((1, length, channels), np.float32), np.ones((1, length), bool))
   with pytest.raises(ValueError, match=refusal):
     jax.eval_shape(lambda: built.module.init(jax.random.key(0), *inputs, deterministic=True))
+
+
+# --- Table 2 (LRA)
+
+
+def test_table2_plans_every_mechanism_task_and_seed():
+  sweep = load_sweep(LRA_SWEEP)
+  counts = collections.Counter((r.cell.table, _model(r)) for r in sweep.runs)
+  expected = {("listops", m): 3 for m in TABLE2}
+  expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("softmax", "primalformer", "primal_plus")}
+  expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("linformer", "yoso_e")}
+  assert counts == expected and len(plan(sweep.runs)) == 57
+  assert {r.protocol for r in sweep.runs} == {"own_validation"} and all(",short" in r.config for r in sweep.runs)
+  assert set(sweep.baselines) == {"listops", "image", "pathfinder"}
+  papers = {(r.cell.table, dict(r.cell.labels)["model"]): r.cell.paper for r in sweep.runs}
+  assert papers["listops", "Reformer"] == 19.1 and papers["image", "Primal.+Trans."] == 43.9
+  assert papers["pathfinder", "Primal.+Trans."] == 74.3 and papers["listops", "YOSO-E"] == 37.3
+  other = load_sweep(f"{LRA_SWEEP}:image_baselines=reformer+nystromformer,seeds=1")
+  assert {_model(r) for r in other.runs if r.cell.table == "image"} == {
+    "softmax",
+    "primalformer",
+    "primal_plus",
+    "reformer",
+    "nystromformer",
+  }
+  for bad in ("softmax+linformer", "linformer", "linformer+linformer", "linformer+soft"):
+    with pytest.raises(ConfigError, match="image_baselines"):
+      load_sweep(f"{LRA_SWEEP}:image_baselines={bad}")
+
+
+def test_table2_every_planned_model_builds_at_its_tasks_length():
+  planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1").runs)
+  assert len(planned) == 19
+  for p in planned.values():
+    task = p.runs[0].cell.table
+    assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
+    assert (p.config.data.val_fraction if task == "image" else p.config.data.num_validation) > 0
+    assert lra_params.count_config_params(p.config, task) > 0, (task, _model(p.runs[0]))
+
+
+@pytest.mark.slow
+def test_every_listops_mechanism_trains_a_smoke_run(tmp_path):
+  sweep = _only(load_sweep(f"{LRA_SWEEP}:smoke,seeds=1"), "listops")
+  assert {p.config.total_steps for p in plan(sweep.runs).values()} == {3}
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
+  assert not report["failed"] and len(report["ran"]) == 9
+  assert all(row.n == 1 for row in report["rows"])
+
+
+# --- Table 4 (D4RL)
+
+
+def test_table4_plans_every_mechanism_at_a_head_width_above_every_s():
+  sweep = load_sweep(D4RL_SWEEP)
+  runs = [r for r in sweep.runs if r.cell.table == "table4_all"]
+  counts = collections.Counter((dict(r.cell.labels)["model"], _model(r)) for r in runs)
+  assert set(m for _, m in counts) == set(TABLE4) and set(counts.values()) == {3} and len(runs) == 8 * 3
+  assert sweep.baselines["table4_all"] == ("model", "DT")
+  assert len(load_sweep(f"{D4RL_SWEEP}:halfcheetah").runs) == len(sweep.runs) + 24
+  planned = plan(sweep.runs)
+  assert len(select(planned, ["table4_all"])) == 24 and len(select(planned, ["table7"])) == 9
+  assert len(planned) == 24 + 6 + 9 + 10  # table7's s = 96 runs are table4_all's Primal.+DT runs
+  for p in select(planned, ["table4_all", "table7"]):
+    model = p.config.model
+    assert model.dim // model.num_heads >= 96 >= model.attention.primal.low_rank
+    assert p.config.total_steps == 3000 and p.runs[0].protocol == "rollouts"
+  table7 = {p.config.model.attention.primal.low_rank for p in select(planned, ["table7"])}
+  assert table7 == {32, 64, 96}
+  lr = {dict(r.cell.labels)["model"]: resolve(r).optimizer.learning_rate for r in runs}
+  assert lr == {**{label: 1e-4 for label in lr}, "Primal.+DT": 1e-3, "DT (lr 1e-3)": 1e-3}
+
+
+def test_table4_every_mechanism_builds_and_acts():
+  pytest.importorskip("gymnasium")
+  from primal_jax.tasks.offline_rl.input_pipeline import RLDatasetInfo
+
+  planned = select(plan(load_sweep(f"{D4RL_SWEEP}:seeds=1").runs), ["table4_all"])
+  assert len(planned) == 8
+  for p in planned:
+    context = p.config.data.context
+    info = RLDatasetInfo(
+      "hopper-medium", 0, 11, context, 1000, {"train": 10}, (), state_dim=11, act_dim=3, env="hopper"
+    )
+    built = build_model(p.config.model, info)
+    x = [np.zeros((2, context, 11), np.float32), np.zeros((2, context, 3), np.float32)]
+    x += [np.zeros((2, context, 1), np.float32), np.tile(np.arange(context, dtype=np.int32), (2, 1))]
+    x += [np.ones((2, context), np.int32)]
+    out = jax.eval_shape(lambda b=built, x=x: b.module.apply(b.module.init(jax.random.key(0), *x), *x))
+    assert out.shape == (2, context, 3), _model(p.runs[0])
+
+
+@pytest.mark.slow
+def test_every_table4_mechanism_trains_a_smoke_run(tmp_path):
+  pytest.importorskip("gymnasium")
+  pytest.importorskip("mujoco")
+  sweep = _only(load_sweep(f"{D4RL_SWEEP}:smoke,seeds=1,lr_control=false"), "table4_all")
+  assert {p.config.total_steps for p in plan(sweep.runs).values()} == {3}
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
+  assert not report["failed"] and len(report["ran"]) == 7
+  assert all(row.n == 1 and np.isfinite(row.mean) for row in report["rows"])

@@ -20,7 +20,7 @@ Hardware/runtime: ListOps PrimalFormer, 5,000 steps of batch 32 at length 2,000,
 the README for the measured wall time); the other tasks' full schedules (20k-62k steps) want an
 accelerator. Targets (paper Table 2, test accuracy): ListOps PrimalFormer 37.3, Primal.+Trans. 37.3,
 Trans. 37.1; Text 61.2 / 65.4 / 65.0; Retrieval 77.8 / 81.0 / 79.4; Image 43.0 / 43.9 / 38.2;
-Pathfinder 68.3 / 69.7 / 74.2.
+Pathfinder 68.3 / 74.3 / 74.2.
 
 Where we differ by default: validation and test are evaluated every `eval_every_steps` on the whole
 split (the release: `num_eval_steps` batches of the dev set); the Image task defaults to Fashion-MNIST

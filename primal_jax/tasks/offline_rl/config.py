@@ -31,6 +31,8 @@ Arguments (`--config=d4rl:env=hopper,dataset=medium,model=dt,short`):
     RL `Flowformer_attention`, which ignores the step mask; the others in their papers' causal forms).
   low_rank: s of the Primal layer (0: Table 7's best for the dataset).
   short: dim 64, 3,000 steps (warm-up 500), evaluated every 1,000: about 20 minutes on 2 CPU cores.
+  wide: dim 128 in 1 head (WIDE), after `short`: a per-head width p = 128 at least Table 7's largest s (96), so
+    every s of Table 7 adds rank (`short` has p = 16, the release p = 64, below s = 96); composes with `short`.
   smoke: a seconds-long run (tests, CI).
 """
 
@@ -53,6 +55,8 @@ BEST_LOW_RANK = {
   ("walker2d", "medium-replay"): 96,
 }
 NUM_LAYERS = 3
+# `wide`: the width and heads of Table 4's all-mechanism runs and Table 7's s sweep (per-head width 128 >= 96).
+WIDE = dict(dim=128, num_heads=1)
 # Table 4's baselines that the release's RL code holds run in its form (the others have no release code).
 BASELINE_OPTIONS = {"flowformer": {"flowformer": {"form": "release"}}}
 
@@ -68,7 +72,16 @@ def dt_layers(model: str, num_layers: int = NUM_LAYERS) -> tuple[str, ...]:
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = parse_config_arg(
-    arg, {"env": "hopper", "dataset": "medium", "model": "primal_dt", "low_rank": 0, "short": False, "smoke": False}
+    arg,
+    {
+      "env": "hopper",
+      "dataset": "medium",
+      "model": "primal_dt",
+      "low_rank": 0,
+      "short": False,
+      "wide": False,
+      "smoke": False,
+    },
   )
   env, dataset, model = args["env"], args["dataset"], args["model"]
   low_rank = args["low_rank"] or BEST_LOW_RANK.get((env, dataset), 64)
@@ -132,6 +145,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.update(dim=64)
     config.optimizer.update(warmup_steps=500)
     config.update(total_steps=3_000, log_every_steps=200, eval_every_steps=1_000, checkpoint_every_steps=1_000)
+  if args["wide"]:
+    config.model.update(WIDE)
   if args["smoke"]:
     config.data.update(size=2_000, batch_size=8, context=5, steps_per_epoch=10, eval_episodes=2, test_episodes=2)
     config.model.update(dim=32, num_heads=2)
