@@ -12,7 +12,7 @@ from benchmarks import accelerator
 TINY = [
   "--triad_elements=4096", "--peak_size=64",
   "--decoding=--contexts=24", "--decoding=--layers=2", "--decoding=--dim=16", "--decoding=--heads=2",
-  "--decoding=--low_rank=3", "--decoding=--batch=1", "--decoding=--steps=16", "--decoding=--repeats=3",
+  "--decoding=--low_rank=3", "--decoding=--batch=1", "--decoding=--steps=20", "--decoding=--repeats=5",
   "--decoding=--prefill_context=16", "--decoding=--prefill_chunk=8", "--decoding=--e2e_prompt=8",
   "--decoding=--e2e_new=2", "--decoding=--scaling_batches=1,2", "--decoding=--scaling_context=24",
   "--decoding=--triad_elements=4096", "--decoding=--peak_size=64",

@@ -23,7 +23,7 @@ NO_EXTRAS = ["--prefill_context=0", "--e2e_prompt=0", "--scaling_batches="]
 )  # fmt: skip
 def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
   decoding.main(["--contexts=24,48", "--layers=2", "--dim=16", "--heads=2", "--low_rank=3", "--batch=2,3",
-                 "--steps=16", "--repeats=3", "--prefill_chunk=8", f"--fill={fill}", f"--out={tmp_path}",
+                 "--steps=20", "--repeats=5", "--prefill_chunk=8", f"--fill={fill}", f"--out={tmp_path}",
                  "--triad_elements=4096", "--peak_size=64", *(EXTRAS if extras else NO_EXTRAS)])  # fmt: skip
   results = json.loads((tmp_path / "decoding.json").read_text())
   records = {(r["model"], r["batch"], r["seq_len"]): r for r in results["records"]}
@@ -106,8 +106,8 @@ def test_synthetic_cache_sets_every_position_counter_as_a_prefill_does():
 def test_the_fused_softmax_impl_decodes_in_the_benchmark(tmp_path):
   """`--softmax_impl=dot_product_attention` (the accelerator command's second decoding run) builds and decodes:
   the benchmark's models carry no dropout, which the fused impl refuses (it failed that way on an H200)."""
-  decoding.main(["--contexts=24", "--layers=2", "--dim=16", "--heads=2", "--low_rank=3", "--batch=1", "--steps=16",
-                 "--repeats=3", "--fill=synthetic", "--softmax_impl=dot_product_attention", f"--out={tmp_path}",
+  decoding.main(["--contexts=24", "--layers=2", "--dim=16", "--heads=2", "--low_rank=3", "--batch=1", "--steps=20",
+                 "--repeats=5", "--fill=synthetic", "--softmax_impl=dot_product_attention", f"--out={tmp_path}",
                  "--triad_elements=4096", "--peak_size=64", *NO_EXTRAS])  # fmt: skip
   results = json.loads((tmp_path / "decoding.json").read_text())
   assert results["meta"]["softmax_impl"] == "dot_product_attention"
