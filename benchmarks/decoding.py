@@ -167,6 +167,19 @@ def prepared_runner(variant: str, context: int, batch: int, args):
   return run, sizes, samples
 
 
+def marginal_seconds(samples: dict[str, list[float]], steps: int, what: str) -> float:
+  """Seconds of one decode step: (best `steps`-step loop - best 1-step loop) / (steps - 1).
+
+  The best repeat of each loop (as the bandwidth's best triad): a time slice lost to another process lands in
+  one repeat of one loop, and would otherwise land in the difference. A difference that is not positive (the
+  step drowned in the timer's noise) is refused: no number rather than a wrong one.
+  """
+  seconds = (min(samples["many"]) - min(samples["one"])) / (steps - 1)
+  if seconds <= 0:
+    raise RuntimeError(f"{what}: the {steps}-step loop was not slower than the 1-step loop; raise --steps or --repeats")
+  return seconds
+
+
 def measure_rates(args) -> dict:
   """The roofline's references, measured in this process: in-place triad bandwidth and the matmul peak."""
   device = jax.devices()[0]
@@ -195,15 +208,8 @@ def measure(args) -> dict:
         runners[variant], sizes[variant], samples[variant] = prepared_runner(variant, context, batch, args)
       harness.interleaved_timings(runners, args.repeats)
       for variant in VARIANTS:
-        # The best repeat of each loop (as the bandwidth's best triad): a time slice lost to another process
-        # lands in one repeat of one loop, and would otherwise land in the difference.
-        one, many = (min(samples[variant][n]) for n in ("one", "many"))
-        seconds = (many - one) / (args.steps - 1)
-        if seconds <= 0:  # the loops' difference drowned in the timer's noise: no number rather than a wrong one
-          raise RuntimeError(
-            f"{variant} B={batch} context {context}: the {args.steps}-step loop was not slower than the 1-step "
-            "loop; raise --steps or --repeats"
-          )
+        seconds = marginal_seconds(samples[variant], args.steps, f"{variant} B={batch} context {context}")
+        one = min(samples[variant]["one"])
         records.append({
           "variant": f"{variant} B={batch}", "model": variant, "batch": batch, "seq_len": context,
           "ms_per_token": 1e3 * seconds, "call_ms": 1e3 * one,

@@ -92,14 +92,15 @@ def measure_e2e(args, variants) -> list[dict]:
 
 def measure_scaling(args, variants) -> list[dict]:
   """ms per decode step at `--scaling_context` for every `--scaling_batches` size."""
-  from benchmarks.decoding import prepared_runner
+  from benchmarks.decoding import marginal_seconds, prepared_runner
 
   out = []
   for batch in args.scaling_batches:
-    runners = {v: prepared_runner(v, args.scaling_context, batch, args)[0] for v in variants}
-    times = harness.interleaved_timings(runners, args.repeats)
+    prepared = {v: prepared_runner(v, args.scaling_context, batch, args) for v in variants}
+    harness.interleaved_timings({v: runner for v, (runner, _, _) in prepared.items()}, args.repeats)
     for variant in variants:
-      ms = 1e3 * statistics.median(times[variant])
+      what = f"scaling {variant} B={batch} context {args.scaling_context}"
+      ms = 1e3 * marginal_seconds(prepared[variant][2], args.steps, what)  # as the main table's steps
       out.append({"model": variant, "batch": batch, "seq_len": args.scaling_context, "ms_per_token": ms})
       print(f"scaling B={batch:<3} context {args.scaling_context}  {variant:<17} {ms:8.3f} ms/step", flush=True)
   return out
