@@ -290,6 +290,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
   args = parse_args(argv)
+  if args.out is not None and (args.out / "decoding.json").exists():  # before minutes of measuring
+    raise SystemExit(
+      f"--out {args.out} already holds a decoding record; records are never overwritten: pick a new --out"
+    )
   results = measure(args)
   text = results_markdown(results)
   print(text)

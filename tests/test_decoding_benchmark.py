@@ -119,3 +119,10 @@ def test_fewer_than_two_steps_is_refused(capsys):
   with pytest.raises(SystemExit):
     decoding.parse_args(["--steps=1", "--contexts=24"])
   assert "--steps must be >= 2" in capsys.readouterr().err
+
+
+def test_an_existing_record_is_never_overwritten(tmp_path):
+  (tmp_path / "decoding.json").write_text("{}")
+  with pytest.raises(SystemExit, match="never overwritten"):
+    decoding.main(["--contexts=24", "--steps=2", f"--out={tmp_path}"])
+  assert (tmp_path / "decoding.json").read_text() == "{}"
