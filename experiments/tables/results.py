@@ -61,6 +61,35 @@ def uea_main(base: Path) -> str:
   return _uea_table(cells, ["JapaneseVowels"])
 
 
+TABLE1_DIR = "uea_table1"  # table1_all's runs (experiments/sweeps/uea.py, --only=table1_all), with provenance
+
+
+def uea_table1_all(base: Path) -> str:
+  """Paper Table 1 with every mechanism (table1_all): mean ± std over seeds per protocol, then the paired
+  differences by seed against Trans. of the same dataset and protocol (verdicts: experiments.engine.paired)."""
+  from experiments.engine.aggregate import stored_rows
+  from experiments.engine.paired import paired_note, paired_table
+  from experiments.engine.spec import load_sweep
+
+  folder = common.RESULTS / TABLE1_DIR
+  sweep = load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "uea.py")
+  full = len({r.seed for r in sweep.runs if r.cell.table == "table1_all"})  # the seeds every row is planned with
+  rows = {(row.cell.labels, row.protocol): row for row in stored_rows(folder) if row.cell.table == "table1_all"}
+  if not rows:
+    raise ValueError(f"no finished table1_all runs in {folder / 'runs'}")
+  cells = list(dict.fromkeys(r.cell for r in sweep.runs if r.cell.table == "table1_all"))
+  body = []
+  for cell in cells:
+    labels = dict(cell.labels)
+    honest, release = rows.get((cell.labels, "honest")), rows.get((cell.labels, "release"))
+    paper = "-" if cell.paper is None else f"{cell.paper:.1f}"
+    body.append([labels["dataset"], labels["model"], paper, mean_std(honest, full=full), mean_std(release, full=full)])
+  header = ["dataset", "model", "paper", "ours, honest protocol", "ours, release protocol"]
+  means = markdown.table(header, body, numeric_from=2)
+  paired = paired_table(sweep, list(rows.values()), "table1_all")
+  return f"{means}\n\nPaired differences by seed against Trans.:\n\n{paired}\n\n{paired_note(sweep)}"
+
+
 def uea_table6(base: Path) -> str:
   rows = _uea_rows()
   cells = sorted({labels for table, labels, _ in rows if table == "table6"}, key=lambda ls: [float(v) for _, v in ls])
