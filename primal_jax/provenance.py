@@ -15,14 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]  # the checkout holding the package (its git tree, if any)
+_PACKAGE = Path(__file__).resolve().parent  # git, run here, finds the checkout holding the package (if any)
 COMMIT_ENV = "PRIMAL_JAX_COMMIT"  # names the commit of a tree copied without its history (an accelerator host)
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-collections")
 
 
 def _git(*args: str) -> str | None:
   try:
-    out = subprocess.run(["git", *args], cwd=_ROOT, capture_output=True, text=True, timeout=10)
+    out = subprocess.run(["git", *args], cwd=_PACKAGE, capture_output=True, text=True, timeout=10)
   except (OSError, subprocess.TimeoutExpired):
     return None
   return out.stdout.strip() if out.returncode == 0 else None
