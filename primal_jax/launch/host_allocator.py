@@ -126,8 +126,8 @@ def speed_hint(platform: str) -> str | None:
   if platform != "cpu" or loaded_allocator() != "system" or find_library(AUTO_LIBRARY) is not None:
     return None
   return (
-    "the host allocator is glibc malloc: CPU training steps run 1.2-2.4x faster with tcmalloc "
-    f"(Debian/Ubuntu: apt-get install {PACKAGES[AUTO_LIBRARY]}; --allocator=auto, the default, then uses it)"
+    "the host allocator is glibc malloc: CPU training steps ran faster with tcmalloc in our benchmarks "
+    f"(docs/benchmarks.md; Debian/Ubuntu: apt-get install {PACKAGES[AUTO_LIBRARY]}; --allocator=auto then uses it)"
   )
 
 
