@@ -92,15 +92,15 @@ def measure_e2e(args, variants) -> list[dict]:
 
 def measure_scaling(args, variants) -> list[dict]:
   """ms per decode step at `--scaling_context` for every `--scaling_batches` size."""
-  from benchmarks.decoding import marginal_seconds, prepared_runner
+  from benchmarks.decoding import marginal_times, prepared_runner
 
   out = []
   for batch in args.scaling_batches:
     prepared = {v: prepared_runner(v, args.scaling_context, batch, args) for v in variants}
-    harness.interleaved_timings({v: runner for v, (runner, _, _) in prepared.items()}, args.repeats)
+    runners, samples = ({v: p[i] for v, p in prepared.items()} for i in (0, 2))
+    marginal = marginal_times(runners, samples, args, f"scaling B={batch} context {args.scaling_context}")
     for variant in variants:
-      what = f"scaling {variant} B={batch} context {args.scaling_context}"
-      ms = 1e3 * marginal_seconds(prepared[variant][2], args.steps, what)  # as the main table's steps
+      ms = 1e3 * marginal[variant]  # the main table's marginal step
       out.append({"model": variant, "batch": batch, "seq_len": args.scaling_context, "ms_per_token": ms})
       print(f"scaling B={batch:<3} context {args.scaling_context}  {variant:<17} {ms:8.3f} ms/step", flush=True)
   return out

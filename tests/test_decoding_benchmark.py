@@ -126,3 +126,33 @@ def test_an_existing_record_is_never_overwritten(tmp_path):
   with pytest.raises(SystemExit, match="never overwritten"):
     decoding.main(["--contexts=24", "--steps=2", f"--out={tmp_path}"])
   assert (tmp_path / "decoding.json").read_text() == "{}"
+
+
+def _runner(samples, rounds):
+  """A runner that records the next (1-step, many-step) seconds of `rounds`, as prepared_runner's run() does."""
+  pending = iter(rounds)
+
+  def run():
+    one, many = next(pending)
+    samples["one"].append(one)
+    samples["many"].append(many)
+    return (many - one) / 3
+
+  return run
+
+
+def test_marginal_step_is_the_difference_of_the_best_repeats():
+  """(best 4-step loop - best 1-step loop) / 3 on known seconds; a difference lost in noise gets more repeats."""
+  args = argparse.Namespace(steps=4, repeats=2)
+  clean = {"one": [], "many": []}
+  noisy = {"one": [], "many": []}  # its first two repeats: the 1-step loop lost a time slice, the 4-step one not
+  runners = {
+    "clean": _runner(clean, [(1.0, 1.9), (1.1, 1.6), (1.0, 1.6), (1.0, 1.6)]),
+    "noisy": _runner(noisy, [(2.0, 1.9), (2.1, 1.95), (1.0, 1.6), (1.2, 1.7)]),
+  }
+  out = decoding.marginal_times(runners, {"clean": clean, "noisy": noisy}, args, "test")
+  assert len(clean["one"]) == 4  # a second round ran, for the noisy runner
+  assert out["clean"] == pytest.approx((1.6 - 1.0) / 3) and out["noisy"] == pytest.approx((1.6 - 1.0) / 3)
+  stuck = {"one": [], "many": []}
+  with pytest.raises(RuntimeError, match="stuck B=1: the 4-step loop was not slower than the 1-step loop after 8"):
+    decoding.marginal_times({"stuck": _runner(stuck, [(1.0, 1.0)] * 8)}, {"stuck": stuck}, args, "B=1")

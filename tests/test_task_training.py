@@ -37,6 +37,11 @@ def train_losses(workdir: Path, key: str = "task_loss") -> list[float]:
   return [m["scalars"][key] for m in read_metrics(workdir, dedupe=True, prefix="train")]
 
 
+def summary_ratio_steps(workdir: Path) -> tuple[int, int]:
+  ratio = json.loads((workdir / "summary.json").read_text())["ksvd_ratio"]
+  return ratio["start"]["step"], ratio["end"]["step"]
+
+
 def test_causal_lm_trains_through_the_binary(tmp_path, capsys):
   text = tmp_path / "corpus.txt"
   text.write_text(TEXT * 30)  # ~8 KB: 7 KB of training bytes
@@ -50,7 +55,8 @@ def test_causal_lm_trains_through_the_binary(tmp_path, capsys):
   )  # fmt: skip
   assert result.returncode == 0, result.stderr[-3000:]
   losses = train_losses(workdir)
-  assert len(losses) == 8  # steps 5, 10, ..., 40
+  assert len(losses) == 9  # steps 1 (always logged: the KSVD ratio's start), 5, 10, ..., 40
+  assert summary_ratio_steps(workdir) == (1, 40)
   assert losses[-1] < 0.7 * losses[0], losses  # from about ln(256) = 5.5 nats
   assert all(k > 0 for k in train_losses(workdir, "ksvd_loss"))  # Primal layers sow, eta * KSVD is applied
   summary = json.loads((workdir / "summary.json").read_text())
