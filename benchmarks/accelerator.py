@@ -58,8 +58,7 @@ def device_summary(triad_elements: int, peak_size: int) -> dict:
   import jax.numpy as jnp
 
   from benchmarks.harness import measure as harness
-  from benchmarks.harness import process
-  from primal_jax.provenance import provenance
+  from primal_jax.provenance import checkout, provenance
 
   device = jax.devices()[0]
   size = peak_size or (4096 if device.platform != "cpu" else 1024)
@@ -68,8 +67,8 @@ def device_summary(triad_elements: int, peak_size: int) -> dict:
     "device_kind": device.device_kind,
     "device_count": jax.device_count(),
     "jax": jax.__version__,
-    "git_commit": process.git_commit(),
-    "provenance": provenance(),  # argv, dirty tree, library versions
+    "git_commit": checkout()[0],  # the commit provenance names (read once per process)
+    "provenance": provenance(),
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "bandwidth_bytes_per_s": harness.triad_bandwidth(triad_elements, in_place=True),
     "matmul_peak": {

@@ -15,9 +15,9 @@ of the compiled step (`memory_analysis`). The machine is shared and noisy: compa
 Each timed run is one compiled loop of greedy steps (`lm.greedy_decode`, cache donated), timed at `--steps` steps
 and at 1 step on the same filled cache: the time per token is the difference of their best repeats over
 `--steps` - 1, the step itself in steady state, without the call's fixed cost (dispatching the loop with its
-parameters and donated cache, about 0.45 ms here, a quarter of PrimalFormer's 8-step loop) or the first step's
-cold caches (the records keep that call's time, `call_ms`, and the CPU seconds per wall second of the loop,
-`cpu_per_wall`: how many threads the step keeps busy). The same process measures the memory bandwidth (an in-place
+parameters and donated cache) or the first step's cold caches. The records keep that 1-step call's time
+(`call_ms`, a table of its own) and the CPU seconds per wall second of the loop (`cpu_per_wall`: how many threads
+the step keeps busy). The same process measures the memory bandwidth (an in-place
 triad, `benchmarks.harness.measure.triad_bandwidth`) and the matmul peak, and each record gets its roofline: the
 bytes one step must read (the weights it multiplies by, plus the whole decoding state: a softmax layer reads its
 `max_len` cache under a mask), the time that takes at the measured bandwidth, and the fraction of that bound the
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import statistics
 import time
 from pathlib import Path
@@ -46,11 +45,10 @@ import numpy as np
 from flax import linen as nn
 
 from benchmarks.harness import measure as harness
-from benchmarks.harness import process
 from experiments.tables.decoding import results_markdown
 from primal_jax.models.config import TransformerConfig
 from primal_jax.models.lm import CausalLM, decode_step, greedy_decode, init_cache
-from primal_jax.provenance import provenance
+from primal_jax.provenance import checkout, provenance
 
 VARIANTS = ("softmax_kv_cache", "primal_plus", "primal_state")
 SOFTMAX_IMPLS = ("einsum", "dot_product_attention")  # SoftmaxAttention.impl of the softmax layers
@@ -153,11 +151,12 @@ def prepared_runner(variant: str, context: int, batch: int, args):
     return time.perf_counter() - start, time.process_time() - cpu
 
   def run() -> float:
+    """Times both loops into `samples` (what `marginal_times` reads); returns the --steps loop's seconds."""
     (one, _), (many, cpu) = timed(1), timed(args.steps)
     samples["one"].append(one)
     samples["many"].append(many)
     samples["cpu_per_wall"].append(cpu / many)  # this process's threads busy during the loop, on average
-    return (many - one) / (args.steps - 1)  # the marginal step: no fixed cost of the call, no cold first step
+    return many
 
   # Seconds of each run's 1-step and --steps loops, and the --steps loop's CPU seconds per wall second.
   samples: dict[str, list[float]] = {"one": [], "many": [], "cpu_per_wall": []}
@@ -247,8 +246,8 @@ def measure(args) -> dict:
     "devices": str(jax.devices()),
     "platform": device.platform,
     "device_kind": device.device_kind,
-    "git_commit": process.git_commit(),
-    "provenance": provenance(),  # argv, dirty tree, library versions, UTC date
+    "git_commit": checkout()[0],  # the commit provenance names (read once per process)
+    "provenance": provenance(),
     "config": {k: v for k, v in vars(args).items() if k != "out"},
     "softmax_impl": args.softmax_impl,
     "date": time.strftime("%Y-%m-%d"),
@@ -257,7 +256,6 @@ def measure(args) -> dict:
     "bandwidth_bytes_per_s": bandwidth,
     "bandwidth_start_end": [rates["bandwidth_bytes_per_s"], end_bandwidth],
     "one_thread_bandwidth_bytes_per_s": one_thread,  # NumPy's a <- b + c: one thread's memory bandwidth
-    "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
     "matmul_peak": rates["matmul_peak"],
   }
   results = {"meta": meta, "records": records}

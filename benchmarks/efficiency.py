@@ -56,7 +56,7 @@ from benchmarks.harness import process
 from benchmarks.train_step import NotRun, PreparedStep, Variant, available_variants, parse_override, prepare_step
 from experiments.tables import efficiency as tables
 from primal_jax.launch import host_allocator
-from primal_jax.provenance import provenance
+from primal_jax.provenance import checkout, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = "lra"  # primal_jax/tasks/lra/config.py, by name (or pass a config file)
@@ -202,8 +202,8 @@ def _log(message: str) -> None:
 def _meta(args, device: jax.Device) -> dict:
   return {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "git_commit": process.git_commit(),
-    "provenance": provenance(),  # argv, dirty tree, library versions
+    "git_commit": checkout()[0],  # the commit provenance names (read once per process)
+    "provenance": provenance(),
     "jax": jax.__version__,
     "python": platform.python_version(),
     "platform": device.platform,

@@ -208,12 +208,12 @@ def run_job(args, job: dict) -> dict:
 
 def run(args) -> dict:
   from experiments.tables import vs_release as tables  # imports JAX: never at module level (see run_ours)
-  from primal_jax.provenance import provenance
+  from primal_jax.provenance import checkout, provenance
 
   meta = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "git_commit": process.git_commit(),
-    "provenance": provenance(devices=False),  # argv, dirty tree, library versions (JAX runs in the workers)
+    "git_commit": checkout()[0],  # the commit provenance names (read once per process)
+    "provenance": provenance(devices=False),
     "machine": platform.machine(),
     "cpu_count": os.cpu_count(),
     "load_average_start": list(os.getloadavg()),

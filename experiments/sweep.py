@@ -41,6 +41,9 @@ def run(argv: list[str] | None = None) -> None:
       raise app.UsageError(f"unexpected positional arguments: {args[1:]}")
     if not flags.FLAGS["verbosity"].present:
       logging.set_verbosity(logging.WARNING)
+    from primal_jax.provenance import checkout
+
+    checkout()  # every record names the commit this process loaded, however long the sweep runs
     import jax
 
     from experiments.engine.runner import run_sweep

@@ -3,11 +3,16 @@
 Every training summary (`summary.json`, hence every sweep run's `result.json`) and every benchmark record carries
 `provenance()`, so a table can say which code, command and machine gave each number. No JAX import at module
 level: the benchmarks' process helpers use `git_commit` without starting a backend.
+
+The checkout's commit and state are read once per process (`checkout`, cached): a record names the code the
+process loaded, even when the checkout moves on while a long sweep runs. `train_and_evaluate` and
+`python -m experiments.sweep` take that snapshot when they start.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.metadata
 import os
 import platform
@@ -41,6 +46,12 @@ def git_dirty() -> bool | None:
   return None if status is None else bool(status)
 
 
+@functools.cache
+def checkout() -> tuple[str | None, bool | None]:
+  """(commit, dirty) of the checkout, read at this process's first call and kept (see the module doc)."""
+  return git_commit(), git_dirty()
+
+
 def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
   """Installed distribution versions (None where one is not installed), plus Python's and primal_jax's."""
   versions: dict[str, str | None] = {"python": platform.python_version()}
@@ -61,11 +72,12 @@ def device_summary() -> dict:
 
 
 def provenance(argv: list[str] | None = None, *, devices: bool = True) -> dict:
-  """The record's origin: commit (and whether the tree was dirty), argv (`sys.argv` unless given), UTC date,
-  host, devices (`devices=False` leaves JAX unimported) and library versions."""
+  """The record's origin: commit and whether the tree was dirty (the process's `checkout` snapshot), argv
+  (`sys.argv` unless given), UTC date, host, devices (`devices=False` leaves JAX unimported), library versions."""
+  commit, dirty = checkout()
   record = {
-    "commit": git_commit(),
-    "dirty": git_dirty(),
+    "commit": commit,
+    "dirty": dirty,
     "argv": list(sys.argv if argv is None else argv),
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "host": {"system": platform.system(), "machine": platform.machine(), "cpus": os.cpu_count()},

@@ -248,17 +248,6 @@ def test_subprocess_memory_is_parsed_from_the_marker_line(efficiency, monkeypatc
   assert efficiency.measure_in_subprocess(args, "softmax", 64) == {"memory_error": "exit 1: MemoryError: out of memory"}
 
 
-def test_git_commit_is_this_checkouts_head_unless_named(monkeypatch):
-  """Records name the commit they ran; a tree copied without its history (an accelerator host) names it."""
-  import subprocess
-
-  monkeypatch.delenv("PRIMAL_JAX_COMMIT", raising=False)
-  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=process._ROOT, capture_output=True, text=True)
-  assert process.git_commit() == (head.stdout.strip() or None)
-  monkeypatch.setenv("PRIMAL_JAX_COMMIT", "0123abc")
-  assert process.git_commit() == "0123abc"
-
-
 def test_budgets_record_what_was_not_run_and_the_docs_table_says_so(efficiency, tmp_path, monkeypatch):
   """A (variant, N) over a budget is a record with `not_run` and its reason, the variant is skipped at larger N
   (recorded too), and the generated docs table names the cell instead of leaving it blank."""

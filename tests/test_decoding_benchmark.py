@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import jax
 import numpy as np
@@ -41,7 +42,8 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
       assert plus == (kv - 4) // 2 + 4 + (primal - 4) // 2
       assert all(records[v, batch, context]["ms_per_token"] > 0 for v in decoding.VARIANTS)
       assert all(records[v, batch, context]["call_ms"] > 0 for v in decoding.VARIANTS)  # the 1-step loop's call
-      assert all(0 < records[v, batch, context]["cpu_per_wall"] < 64 for v in decoding.VARIANTS)
+      cores = len(os.sched_getaffinity(0))  # a process's CPU seconds per wall second cannot exceed its cores
+      assert all(0 < records[v, batch, context]["cpu_per_wall"] <= cores + 0.05 for v in decoding.VARIANTS)
     # XLA's temporaries: the Primal step's do not grow with the context.
     temps = {v: [records[v, batch, c]["xla_temp_bytes"] for c in (24, 48)] for v in decoding.VARIANTS}
     assert temps["primal_state"][0] == temps["primal_state"][1] > 0
@@ -63,6 +65,7 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
       assert records[variant, batch, 48]["weight_bytes"] == total - tables + batch * 2 * 16 * 4
   text = (tmp_path / "decoding.md").read_text()
   assert text.count(" threads, ") == 2 * 3 * 2  # a cell per batch, model and context
+  assert text.count("Milliseconds of one call of the 1-step loop") == 2  # a table per batch
   assert text.count("(1.00x)") >= 2 * 3 * 2 and "batch 3" in text and (tmp_path / "decoding.png").stat().st_size > 1000
   meta = results["meta"]
   assert meta["platform"] == "cpu" and meta["device_kind"] and meta["softmax_impl"] == "einsum"

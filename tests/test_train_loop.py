@@ -18,6 +18,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from primal_jax import provenance
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.dotted import set_dotted
 from primal_jax.models.config import model_layers, stack_name
@@ -98,7 +99,7 @@ def test_train_and_eval_each_family(data_dir, tmp_path, family):
   assert ratio["start"]["step"] == 1 and ratio["end"]["step"] == 2
   origin = summary["provenance"]  # what produced the record
   assert origin["devices"] == summary["devices"] and origin["versions"]["jax"] == jax.__version__
-  assert origin["commit"] is None or len(origin["commit"]) == 40
+  assert (origin["commit"], origin["dirty"]) == provenance.checkout()  # this process's snapshot of the checkout
   assert origin["argv"] == sys.argv and origin["date"].endswith("+00:00")
   saved = json.loads((tmp_path / "config.json").read_text())["model"]
   assert saved["layers"] == list(model_layers(family, 2)) and stack_name(saved["layers"]) == family

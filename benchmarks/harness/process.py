@@ -1,4 +1,4 @@
-"""Stdlib-only measuring of the process and the machine: memory, load, allocator, threads, commit.
+"""Stdlib-only measuring of the process and the machine: memory, load, allocator, threads.
 
 Used by every benchmark, and by both sides of `benchmarks/vs_release.py`.
 
@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import os
 import resource
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-_ROOT = Path(__file__).resolve().parents[2]
 
 # /proc/stat "cpu" columns counted as busy: user nice system idle iowait irq softirq steal (guest is in user).
 _BUSY = (0, 1, 2, 5, 6, 7)
@@ -161,18 +158,3 @@ def thread_count() -> int | None:
     return len(os.listdir("/proc/self/task"))
   except OSError:
     return None
-
-
-def git_commit() -> str | None:
-  """HEAD of the checkout the benchmark runs from (recorded with its results), or None outside git.
-
-  `PRIMAL_JAX_COMMIT` names it instead for a tree copied without its own history (a working tree shipped to an
-  accelerator host, whose `.git`, if any, need not be this tree's).
-  """
-  if os.environ.get("PRIMAL_JAX_COMMIT"):
-    return os.environ["PRIMAL_JAX_COMMIT"]
-  try:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_ROOT, capture_output=True, text=True, timeout=10)
-  except (OSError, subprocess.TimeoutExpired):
-    return None
-  return out.stdout.strip() or None

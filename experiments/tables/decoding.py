@@ -35,6 +35,10 @@ def results_markdown(results: dict) -> str:
     ("state_bytes", "Decoding state (MiB)", MIB),
     ("xla_temp_bytes", "XLA temporaries of the compiled step (MiB)", MIB),
   )
+  if all("call_ms" in r for r in results["records"]):  # the marginal step's records: the call it leaves out
+    tables += (
+      ("call_ms", "Milliseconds of one call of the 1-step loop (the fixed cost the marginal step leaves out)", 1.0),
+    )
   for batch in dict.fromkeys(r["batch"] for r in results["records"]):  # tables per batch size, a row per model
     records = [{**r, "variant": r["model"]} for r in results["records"] if r["batch"] == batch]
     for path, title, scale in tables:

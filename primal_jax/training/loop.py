@@ -29,7 +29,7 @@ import jax
 from primal_jax.atomic_files import write_json_atomically
 from primal_jax.launch import host_allocator
 from primal_jax.models.config import stack_name
-from primal_jax.provenance import provenance
+from primal_jax.provenance import checkout, provenance
 from primal_jax.training.checkpointing import WORKDIR_SUBDIR, Checkpointer, check_init_from, has_checkpoints
 from primal_jax.training.evaluation import TEST_EVALS, Evaluations, eval_protocol, summary_rows
 from primal_jax.training.experiment import Experiment, build_experiment, evaluate, load_state, restore_or_init
@@ -161,6 +161,7 @@ def train_and_evaluate(config, workdir: str | Path, *, print_fn: Callable[[str],
 
 
 def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str], None]) -> dict:
+  checkout()  # the commit the record will name: the code this process loaded, read before the run's minutes
   resume = check_resume(config, workdir)  # reads only: a refused config leaves the run's records as they were
   check_init_from(config, starting=not has_checkpoints(workdir))  # before the data and the model are built
   exp = build_experiment(config)

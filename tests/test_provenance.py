@@ -1,0 +1,50 @@
+"""primal_jax.provenance: what every record says produced it (issue 29)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import jax
+import pytest
+
+from primal_jax import provenance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fresh_snapshot():
+  """`checkout` is read once per process: each test here starts and ends without a snapshot."""
+  provenance.checkout.cache_clear()
+  yield
+  provenance.checkout.cache_clear()
+
+
+def test_git_commit_is_this_checkouts_head_unless_named(monkeypatch):
+  """Records name the commit they ran; a tree copied without its history (an accelerator host) names it."""
+  monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
+  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+  assert provenance.git_commit() == (head.stdout.strip() or None)
+  monkeypatch.setenv(provenance.COMMIT_ENV, "0123abc")
+  assert provenance.git_commit() == "0123abc" and provenance.git_dirty() is None
+
+
+def test_the_commit_is_read_once_per_process(monkeypatch, fresh_snapshot):
+  """A sweep that runs for hours names the code it loaded, not a commit made in its checkout meanwhile."""
+  monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
+  replies = {"rev-parse": "a" * 40, "status": ""}
+  monkeypatch.setattr(provenance, "_git", lambda *args: replies[args[0]])
+  assert provenance.checkout() == ("a" * 40, False)
+  replies.update({"rev-parse": "b" * 40, "status": " M primal_jax/loop.py"})  # the checkout moves on
+  origin = provenance.provenance(["prog", "--flag=1"], devices=False)
+  assert (origin["commit"], origin["dirty"], origin["argv"]) == ("a" * 40, False, ["prog", "--flag=1"])
+  assert "devices" not in origin and origin["versions"]["jax"] == jax.__version__
+
+
+def test_a_dirty_tree_is_recorded_as_dirty(monkeypatch, fresh_snapshot):
+  monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
+  monkeypatch.setattr(provenance, "_git", lambda *args: {"rev-parse": "c" * 40, "status": " M x.py"}[args[0]])
+  origin = provenance.provenance([])
+  assert origin["dirty"] is True and origin["devices"]["platform"] == jax.devices()[0].platform
+  assert origin["date"].endswith("+00:00") and origin["versions"]["python"]
