@@ -65,11 +65,46 @@ def test_table1_plans_every_mechanism_dataset_seed_and_protocol():
   assert len(select(planned, ["table1_all"])) == 220
   # The recorded grid (3 seeds) is untouched and shares table1_all's Trans./Primal rows at seeds 0-2.
   recorded = select(planned, ["table1", "table6", "table8", "basicmotions"])
-  assert len(recorded) == 108 and len(planned) == 220 + 108 - 36
+  assert len(recorded) == 108 and len(planned) == 220 + 108 - 36 + 17  # eta: 20 new, 3 of them table6's
   first = load_sweep(f"{UEA_SWEEP}:seeds=2,ablation_seeds=0,protocols=honest")
-  assert len(first.runs) == 44 and {r.protocol for r in first.runs} == {"honest"}
+  assert len(first.runs) == 44 + 12 and {r.protocol for r in first.runs} == {"honest"}  # + 2 seeds of eta
   with pytest.raises(ConfigError, match="protocols"):
     load_sweep(f"{UEA_SWEEP}:protocols=honest+sloppy")
+
+
+def test_eta_table_pairs_each_eta_with_zero_and_reuses_table1_all_at_the_release_eta():
+  sweep = load_sweep(UEA_SWEEP)
+  runs = [r for r in sweep.runs if r.cell.table == "eta"]
+  assert {r.protocol for r in runs} == {"honest"} and len(runs) == 2 * 3 * 5
+  assert sweep.baselines["eta"] == ("eta", "0")
+  etas = collections.defaultdict(set)
+  for r in runs:
+    etas[dict(r.cell.labels)["model"]].add((dict(r.cell.labels)["eta"], dict(r.overrides).get("ksvd.eta")))
+  assert etas["PrimalFormer"] == {("0", 0.0), ("0.0003", 3e-4), ("0.5 (release)", None)}
+  assert etas["Primal.+Trans."] == {("0", 0.0), ("0.2 (release)", None), ("2", 2.0)}
+  planned = plan(sweep.runs)
+  eta = select(planned, ["eta"])
+  assert len(eta) == 30
+  shared = [p for p in eta if any(r.cell.table == "table1_all" for r in p.runs)]
+  # The release-eta rows are table1_all's JapaneseVowels honest runs of the same model and seed.
+  assert len(shared) == 10 and {p.config.ksvd.eta for p in shared} == {0.5, 0.2}
+  assert {p.config.ksvd.eta for p in eta} == {0.0, 3e-4, 0.5, 0.2, 2.0}
+  # The eta runs come after table1_all's honest column and before its release one.
+  order = [(r.cell.table, r.protocol) for r in sweep.runs]
+  assert order.index(("eta", "honest")) > max(i for i, o in enumerate(order) if o == ("table1_all", "honest"))
+  assert order.index(("eta", "honest")) < order.index(("table1_all", "release"))
+
+
+def test_datasets_argument_selects_table1_all_datasets_in_order():
+  jv = load_sweep(f"{UEA_SWEEP}:datasets=JapaneseVowels,protocols=honest,ablation_seeds=0")
+  assert {dict(r.cell.labels).get("dataset") for r in jv.runs if r.cell.table == "table1_all"} == {"JapaneseVowels"}
+  assert len(select(plan(jv.runs), ["table1_all", "eta"])) == 55 + 20
+  both = load_sweep(f"{UEA_SWEEP}:datasets=BasicMotions+JapaneseVowels,seeds=1,ablation_seeds=0")
+  first = [dict(r.cell.labels)["dataset"] for r in both.runs if r.cell.table == "table1_all"][:12]
+  assert first == ["BasicMotions"] * 11 + ["JapaneseVowels"]
+  for bad in ("Epilepsy", "JapaneseVowels+JapaneseVowels", ""):
+    with pytest.raises(ConfigError, match="datasets must be"):
+      load_sweep(f"{UEA_SWEEP}:datasets={bad}")
 
 
 def test_table1_every_mechanism_builds_at_its_datasets_length():

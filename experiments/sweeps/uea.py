@@ -12,6 +12,13 @@ Tables (`--only=table1_all,table1,table6,table8,basicmotions` picks some):
   table8: Primal.+Trans. on JapaneseVowels with data-dependent vs data-independent W_e, W_r
     (the paper's Table 8 ablates Primal.+Trans., not PrimalFormer).
   basicmotions: the three models on BasicMotions (not in the paper; the release's option defaults).
+  eta: the KSVD weight on JapaneseVowels, honest protocol, `seeds` seeds, each row paired with eta = 0 of its
+    model: PrimalFormer at eta 0, 3e-4 and 0.5 (the release's); Primal.+Trans. at 0, 0.2 (the release's) and 2.
+    The third value puts eta x KSVD / task loss at about 0.1 at step 1, where the ratio is linear in eta (the
+    initial J and task loss do not depend on it): table1_all's seed-0 records give 183.7 at eta 0.5 for
+    PrimalFormer (367 per unit eta: 3e-4 -> 0.11) and 0.0096 at eta 0.2 for Primal.+Trans. (0.048 per unit:
+    2 -> 0.096). At the last step the ratio is no guide: the training loss there is about 0.01 or less. The
+    release-eta rows are table1_all's honest runs (identical configs are trained once).
 table1, table6, table8 and basicmotions are trained with `ablation_seeds` seeds (3), as recorded. Identical runs
 are trained once: Table 1's PrimalFormer is Table 6's (s=40, eta=0.5) cell, Table 1's Primal.+Trans. is
 Table 8's data-dependent row, and table1 / basicmotions are table1_all's rows at seeds 0-2.
@@ -49,8 +56,9 @@ paper's numbers (JapaneseVowels), shown beside ours in results.md; plot `uea_jap
 
 Arguments (`--sweep=experiments/sweeps/uea.py:epochs=100,seeds=5,protocols=honest`):
   epochs: training epochs of every run (20).
-  seeds: seeds per row of table1_all (5).  ablation_seeds: seeds of table1, table6, table8, basicmotions (3).
+  seeds: seeds per row of table1_all and eta (5).  ablation_seeds: seeds of table1, table6, table8, basicmotions (3).
   protocols: "+"-separated, in run order (honest+release).
+  datasets: "+"-separated subset of table1_all's datasets, in run order (JapaneseVowels+BasicMotions).
   data_dir: where prepared TFDS data lives ("": the default cache).
   smoke: tiny models and 3 steps per run (tests).
 """
@@ -58,6 +66,7 @@ Arguments (`--sweep=experiments/sweeps/uea.py:epochs=100,seeds=5,protocols=hones
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.engine.spec import PROTOCOL_TITLE, Cell, Run, Sweep
@@ -104,11 +113,14 @@ TITLES = {
   "table6": "Table 6, JapaneseVowels, PrimalFormer: s x eta",
   "table8": "Table 8, JapaneseVowels, Primal.+Trans.: data-dependent projection weights",
   "basicmotions": "BasicMotions (not in the paper)",
+  "eta": "JapaneseVowels, honest protocol: the KSVD weight eta, each row against eta = 0 of its model",
 }
+# The eta table: (label, model=, the release's eta, the eta whose step-1 ratio eta x KSVD / task is about 0.1).
+ETA_MODELS = (("PrimalFormer", "primalformer", 0.5, 3e-4), ("Primal.+Trans.", "primal_plus", 0.2, 2.0))
 # A paired difference whose 95% interval contains zero and lies within +-1 accuracy point reads "level": the
 # paper's Table 1 gaps on JapaneseVowels are 0.3-0.8 points, so a wider interval leaves them unresolved.
 LEVEL_MARGIN = 1.0
-BASELINES = {table: ("model", "Trans.") for table in ("table1_all", "table1", "basicmotions")}
+BASELINES = {table: ("model", "Trans.") for table in ("table1_all", "table1", "basicmotions")} | {"eta": ("eta", "0")}
 PLOT_FILE = "uea_japanese_vowels_eta_s.png"
 
 
@@ -133,15 +145,34 @@ def _cells(paper_module) -> list[tuple[str, dict, Cell]]:
   return rows
 
 
-def _table1_all_cells() -> list[tuple[str, Cell]]:
+def _table1_all_cells(datasets: Sequence[str] = TABLE1_DATASETS) -> list[tuple[str, Cell]]:
   """(config arg, cell) of table1_all, dataset-major in the paper's column order."""
   rows = []
-  for dataset in TABLE1_DATASETS:
+  for dataset in datasets:
     for label, model in TABLE1_MODELS:
       paper = PAPER_TABLE1_JV[label] if dataset == "JapaneseVowels" else None
       arg = f"model={model}" if dataset == "JapaneseVowels" else f"dataset={dataset},model={model}"
       rows.append((arg, Cell("table1_all", (("dataset", dataset), ("model", label)), paper)))
   return rows
+
+
+def _eta_cells() -> list[tuple[str, dict, Cell]]:
+  """(config arg, overrides, cell) of the eta table; the release's eta is the config's own (no override), so
+  those runs are table1_all's."""
+  rows = []
+  for label, model, release, calibrated in ETA_MODELS:
+    for eta in sorted((0.0, release, calibrated)):
+      name = "0" if eta == 0 else f"{eta:g}" + (" (release)" if eta == release else "")
+      overrides = {} if eta == release else {"ksvd.eta": eta}
+      rows.append((f"model={model}", overrides, Cell("eta", (("model", label), ("eta", name)))))
+  return rows
+
+
+def _datasets(value: str) -> tuple[str, ...]:
+  datasets = tuple(d for d in value.split("+") if d)
+  if not datasets or len(set(datasets)) != len(datasets) or not set(datasets) <= set(TABLE1_DATASETS):
+    raise ConfigError(f"datasets must be {' and/or '.join(TABLE1_DATASETS)} joined by '+', got {value!r}")
+  return datasets
 
 
 def _protocols(value: str) -> tuple[str, ...]:
@@ -155,9 +186,17 @@ def _protocols(value: str) -> tuple[str, ...]:
 def get_sweep(arg: str | None = None) -> Sweep:
   args = parse_config_arg(
     arg,
-    {"epochs": 20, "seeds": 5, "ablation_seeds": 3, "protocols": "honest+release", "data_dir": "", "smoke": False},
+    {
+      "epochs": 20,
+      "seeds": 5,
+      "ablation_seeds": 3,
+      "protocols": "honest+release",
+      "datasets": "+".join(TABLE1_DATASETS),
+      "data_dir": "",
+      "smoke": False,
+    },
   )
-  protocols = _protocols(args["protocols"])
+  protocols, datasets = _protocols(args["protocols"]), _datasets(args["datasets"])
   common = {"num_epochs": args["epochs"], "checkpoint_on_eval": False}
   if args["data_dir"]:
     common["data.data_dir"] = args["data_dir"]
@@ -167,8 +206,12 @@ def get_sweep(arg: str | None = None) -> Sweep:
   runs = []
   for protocol in protocols:  # the honest column of every seed first, then the release one
     for seed in range(args["seeds"]):  # seed-major: a partial sweep already fills every cell once
-      for config_arg, cell in _table1_all_cells():
+      for config_arg, cell in _table1_all_cells(datasets):
         runs.append(Run(f"{CONFIG}:{config_arg}{smoke}", cell, seed, protocol, common))
+    if protocol == "honest":  # the eta table after table1_all's honest column, before its release one
+      for seed in range(args["seeds"]):
+        for config_arg, overrides, cell in _eta_cells():
+          runs.append(Run(f"{CONFIG}:{config_arg}{smoke}", cell, seed, protocol, {**common, **overrides}))
   for seed in range(args["ablation_seeds"]):
     for config_arg, overrides, cell in _cells(uea_config):
       for protocol in protocols:
