@@ -51,6 +51,7 @@ BEGIN = re.compile(r"^<!-- table:([\w:./-]+) begin -->$", re.M)
 TABLES: dict[str, Callable[[Path], str]] = {
   "uea:main": results.uea_main,
   "uea:table1_all": results.uea_table1_all,
+  "uea:eta": results.uea_eta,
   "uea:table6": results.uea_table6,
   "uea:basicmotions": results.uea_basicmotions,
   "lra:listops_paper": results.listops_paper,

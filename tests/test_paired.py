@@ -181,3 +181,45 @@ def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path,
     docs_tables.render_table("paired:fam:u", tmp_path)
   with pytest.raises(ValueError, match="paired:<family>:<table>"):
     docs_tables.render_table("paired:fam", tmp_path)
+
+
+def test_the_eta_docs_table_takes_its_release_rows_from_table1_all_once(tmp_path, monkeypatch):
+  from experiments.tables import common, results
+
+  jv_pf = {"table": "table1_all", "labels": [["dataset", "JapaneseVowels"], ["model", "PrimalFormer"]], "paper": 98.4}
+
+  def eta_cell(eta):
+    return {"table": "eta", "labels": [["model", "PrimalFormer"], ["eta", eta]], "paper": None}
+
+  # (cells, seed, accuracy, ratio at step 1, at the last step); seed 1's release run also names the eta cell
+  # (runs made after the eta table existed), seed 0's only table1_all (made before): each counted once.
+  records = [
+    ([jv_pf], 0, 0.96, 180.0, 1.0),
+    ([jv_pf, eta_cell("0.5 (release)")], 1, 0.98, 190.0, 2.0),
+    ([eta_cell("0")], 0, 0.95, 0.0, 0.0),
+    ([eta_cell("0")], 1, 0.96, 0.0, 0.0),
+    ([eta_cell("0.0003")], 0, 0.97, 0.1, 0.001),
+  ]
+  for i, (cells, seed, accuracy, start, end) in enumerate(records):
+    summary = {
+      "test_at_best_validation": {"accuracy": accuracy},
+      "ksvd_ratio": {"start": {"ratio": start}, "end": {"ratio": end}},
+    }
+    entries = [{"cell": cell, "seed": seed, "protocol": "honest"} for cell in cells]
+    run_dir = tmp_path / results.TABLE1_DIR / "runs" / f"k{i}"
+    run_dir.mkdir(parents=True)
+    (run_dir / RESULT_FILE).write_text(json.dumps({"wall_seconds": 1.0, "runs": entries, "summary": summary}))
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+
+  table = results.uea_eta(tmp_path)
+  # Release row: seeds 0 and 1 (97.0 +- 1.4), ratios averaged over both runs; eta 0: 95.5 +- 0.7.
+  assert "| PrimalFormer | 0 | 95.5 ± 0.7 (n = 2) | 0 | 0 |" in table
+  assert "| PrimalFormer | 0.0003 | 97.0 (n = 1) | 0.1 | 0.001 |" in table
+  assert "| PrimalFormer | 0.5 (release) | 97.0 ± 1.4 (n = 2) | 185 | 1.5 |" in table
+  # Paired against eta 0: release - 0 = +1, +2 (mean 1.5, std 0.71, t(1) interval +-6.35); 0.0003: one pair.
+  half = 12.706204736174698 * math.sqrt(0.5) / math.sqrt(2)
+  assert f"| PrimalFormer | 0.5 (release) | 0 | 2 | +1.5 | 0.7 | [{1.5 - half:+.1f}, {1.5 + half:+.1f}] | unresolved |" in (
+    table
+  )
+  assert "| PrimalFormer | 0.0003 | 0 | 1 | +2.0 | - | - | unresolved |" in table
+  assert table.count("0.5 (release)") == 2  # once in the means, once in the pairs: not doubled
