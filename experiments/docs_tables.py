@@ -52,6 +52,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
   "uea:main": results.uea_main,
   "uea:table1_all": results.uea_table1_all,
   "uea:eta": results.uea_eta,
+  "lm:eta": sweeps.lm_eta,  # before the parameterized lm:<table>: its rows join three tables
   "uea:table6": results.uea_table6,
   "uea:basicmotions": results.uea_basicmotions,
   "lra:listops_paper": results.listops_paper,

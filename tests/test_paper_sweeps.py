@@ -6,7 +6,9 @@ when called, so building is the check), and every mechanism trains a 3-step smok
 from __future__ import annotations
 
 import collections
+import json
 import types
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -18,11 +20,13 @@ from experiments.engine.spec import Sweep, load_sweep, plan, resolve, select
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.errors import ConfigError
 from primal_jax.models.registry import build_model
+from primal_jax.tasks.lm import config as lm_config
 from primal_jax.tasks.uea import config as uea_config
 
 UEA_SWEEP = "experiments/sweeps/uea.py"
 LRA_SWEEP = "experiments/sweeps/lra.py"
 D4RL_SWEEP = "experiments/sweeps/d4rl.py"
+LM_SWEEP = "experiments/sweeps/lm.py"
 UEA_SHAPES = {"JapaneseVowels": (12, 9), "BasicMotions": (6, 4)}  # channels, classes
 TABLE1 = ["softmax", "linear", "reformer", "longformer", "performer", "yoso_e", "cosformer", "soft", "flowformer"]
 TABLE1 += ["primalformer", "primal_plus"]
@@ -259,3 +263,26 @@ def test_every_table4_mechanism_trains_a_smoke_run(tmp_path):
   report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
   assert not report["failed"] and len(report["ran"]) == 7
   assert all(row.n == 1 and np.isfinite(row.mean) for row in report["rows"])
+
+
+# --- the LM eta table
+
+
+def test_lm_eta_table_adds_only_the_calibrated_runs_and_pairs_with_eta_zero():
+  from experiments.sweeps import lm
+
+  sweep = load_sweep(LM_SWEEP)
+  eta = [r for r in sweep.runs if r.cell.table == "eta"]
+  assert len(eta) == 2 * 3 * 3 and sweep.baselines["eta"] == ("eta", "0") and not sweep.higher_is_better
+  planned = plan(sweep.runs)
+  new = [p for p in select(planned, ["eta"]) if all(r.cell.table == "eta" for r in p.runs)]
+  assert len(planned) == 15 + 6 and len(new) == 6  # eta 0 and 0.1 are the eta0 and enwiki tables' runs
+  assert sorted({(p.config.model.layers, p.config.ksvd.eta) for p in new}) == sorted(
+    {(lm_config.get_config("model=primal_plus").model.layers, 6e5), (lm_config.get_config().model.layers, 1e3)}
+  )
+  # Calibrated from the committed 2-step records: eta x (ratio at eta 0.1 / 0.1) is within 0.08-0.12.
+  for model, value in lm.ETA_CALIBRATED.items():
+    record = json.loads(Path(f"experiments/results/lm/eta_calibration/{model}/summary.json").read_text())
+    start = record["ksvd_ratio"]["start"]
+    assert start["eta"] == lm.RELEASE_ETA and start["step"] == 1
+    assert 0.08 <= value * start["ratio"] / start["eta"] <= 0.12

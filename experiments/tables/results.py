@@ -90,47 +90,17 @@ def uea_table1_all(base: Path) -> str:
   return f"{means}\n\nPaired differences by seed against Trans.:\n\n{paired}\n\n{paired_note(sweep)}"
 
 
-def _ratio(folder: Path, keys: Sequence[str], at: str) -> str:
-  """Mean over a row's runs of eta x KSVD / task loss at the first ("start") or last ("end") logged step."""
-  values = [read_json(folder / "runs" / k / "result.json", "a finished run's record")["summary"] for k in keys]
-  values = [s["ksvd_ratio"][at]["ratio"] for s in values if s.get("ksvd_ratio")]
-  return f"{sum(values) / len(values):.3g}" + ("" if len(values) == len(keys) else f" (n = {len(values)})")
-
-
 def uea_eta(base: Path) -> str:
-  """The eta table (experiments/sweeps/uea.py): accuracy over seeds, the ratio eta x KSVD / task at the first and
-  last step, and the paired difference against eta = 0 of the same model. Its release-eta rows are table1_all's
+  """The eta table of experiments/sweeps/uea.py (`sweeps.eta_table`): its release-eta rows are table1_all's
   JapaneseVowels honest runs (the same configs), which runs made before the eta table existed record only there."""
-  import dataclasses
+  from experiments.engine.spec import load_sweep
+  from experiments.tables.sweeps import SWEEPS, eta_table
 
-  from experiments.engine.aggregate import stored_rows
-  from experiments.engine.paired import paired_note, paired_table
-  from experiments.engine.spec import Cell, load_sweep
+  def source(model: str, eta: str):
+    return ("table1_all", (("dataset", "JapaneseVowels"), ("model", model))) if "release" in eta else None
 
-  folder = common.RESULTS / TABLE1_DIR
-  sweep = load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "uea.py")
-  full = len({r.seed for r in sweep.runs if r.cell.table == "eta"})
-  stored = [row for row in stored_rows(folder) if row.protocol == "honest"]
-  rows = {row.cell.labels: row for row in stored if row.cell.table == "eta" and "release" not in row.cell.labels[1][1]}
-  for cell in dict.fromkeys(r.cell for r in sweep.runs if r.cell.table == "eta"):
-    model, eta = dict(cell.labels)["model"], dict(cell.labels)["eta"]
-    if "release" in eta:
-      source = (("dataset", "JapaneseVowels"), ("model", model))
-      found = [row for row in stored if row.cell.table == "table1_all" and row.cell.labels == source]
-      if found:
-        rows[cell.labels] = dataclasses.replace(found[0], cell=Cell("eta", cell.labels))
-  if not rows:
-    raise ValueError(f"no finished eta runs in {folder / 'runs'}")
-  order = [c.labels for c in dict.fromkeys(r.cell for r in sweep.runs if r.cell.table == "eta")]
-  body = []
-  for labels in (labels for labels in order if labels in rows):
-    row = rows[labels]
-    start, end = _ratio(folder, row.keys, "start"), _ratio(folder, row.keys, "end")
-    body.append([*dict(labels).values(), mean_std(row, full=full), start, end])
-  header = ["model", "eta", "test accuracy (%)", "eta x KSVD / task, step 1", "at the last step"]
-  means = markdown.table(header, body, numeric_from=2)
-  paired = paired_table(sweep, [rows[labels] for labels in order if labels in rows], "eta")
-  return f"{means}\n\nPaired differences by seed against eta = 0 of the same model:\n\n{paired}\n\n{paired_note(sweep)}"
+  sweep = load_sweep(SWEEPS / "uea.py")
+  return eta_table(common.RESULTS / TABLE1_DIR, sweep, source, "test accuracy (%)")
 
 
 def uea_table6(base: Path) -> str:

@@ -145,6 +145,64 @@ def lm_sweep(table: str, base: Path) -> str:
   return markdown.table(header, body, numeric_from=2)
 
 
+def lm_eta(base: Path) -> str:
+  """The eta table of experiments/sweeps/lm.py (`eta_table`): its eta 0 and release rows are the eta0 and enwiki
+  tables' runs (the same configs), recorded only there."""
+  from experiments.engine.spec import load_sweep
+
+  def source(model: str, eta: str):
+    if eta == "0":
+      return "eta0", (("model", model), ("eta", "0.0"))
+    return ("enwiki", (("model", model),)) if "release" in eta else None
+
+  sweep = load_sweep(SWEEPS / "lm.py")
+  return eta_table(sweep_folder("lm"), sweep, source, "test bits/byte", digits=3)
+
+
+def _ratio(folder: Path, keys: Sequence[str], at: str) -> str:
+  """Mean over a row's runs of eta x KSVD / task loss at the first ("start") or last ("end") logged step; "-"
+  where no run recorded it (runs made before `ksvd_ratio` existed), "(n = k)" where only k did."""
+  summaries = [read_json(folder / "runs" / k / "result.json", "a finished run's record")["summary"] for k in keys]
+  values = [s["ksvd_ratio"][at]["ratio"] for s in summaries if s.get("ksvd_ratio")]
+  if not values:
+    return "-"
+  return f"{np.mean(values):.3g}" + ("" if len(values) == len(keys) else f" (n = {len(values)})")
+
+
+def eta_table(folder: Path, sweep, source, value: str, digits: int = 1) -> str:
+  """A sweep's `eta` table (cells labelled model and eta): the value over seeds, eta x KSVD / task at step 1 and
+  at the last step, and the paired difference against eta = 0 of the same model (`sweep.baselines["eta"]`).
+
+  `source(model, eta)` names the (table, labels) whose finished runs stand for that row (the same configs,
+  trained for another table before this one existed and recorded only there), or None for the eta table's own
+  records; a sourced row ignores the eta table's own records of it, so no run counts twice."""
+  import dataclasses
+
+  from experiments.engine.aggregate import stored_rows
+  from experiments.engine.paired import paired_note, paired_table
+  from experiments.engine.spec import Cell
+
+  planned = [r for r in sweep.runs if r.cell.table == "eta"]
+  protocol, full = planned[0].protocol, len({r.seed for r in planned})
+  stored = {(row.cell.table, row.cell.labels): row for row in stored_rows(folder) if row.protocol == protocol}
+  rows = {}
+  for cell in dict.fromkeys(r.cell for r in planned):
+    labels = dict(cell.labels)
+    found = stored.get(source(labels["model"], labels["eta"]) or ("eta", cell.labels))
+    if found is not None:
+      rows[cell.labels] = dataclasses.replace(found, cell=Cell("eta", cell.labels))
+  if not rows:
+    raise ValueError(f"no finished eta runs in {folder / 'runs'}")
+  body = []
+  for labels, row in rows.items():
+    start, end = _ratio(folder, row.keys, "start"), _ratio(folder, row.keys, "end")
+    body.append([*dict(labels).values(), mean_std(row, digits=digits, full=full), start, end])
+  header = ["model", "eta", value, "eta x KSVD / task, step 1", "at the last step"]
+  means = markdown.table(header, body, numeric_from=2)
+  paired = paired_table(sweep, list(rows.values()), "eta")
+  return f"{means}\n\nPaired differences by seed against eta = 0 of the same model:\n\n{paired}\n\n{paired_note(sweep)}"
+
+
 def lm_throughput(name: str, base: Path) -> str:
   """Training tokens/s of the LM models measured one after another on one machine, nothing else running:
   `experiments/results/lm/<name>/<model>/` are short runs of the same config (see docs/results.md)."""
