@@ -390,3 +390,41 @@ def test_curves_over_models_pad_and_take_the_sample_std():
   np.testing.assert_allclose(mean, [0.6, 0.95, 1.0], atol=1e-12)
   np.testing.assert_allclose(std, [np.sqrt(0.02), np.sqrt(0.005), 0.0], atol=1e-12)  # ddof=1: 0.2^2 / 2, 0.1^2 / 2
   np.testing.assert_array_equal(curve_over_models([[1.0, 0.5]], pad=0.0)[1], [0.0, 0.0])
+
+
+def test_docs_tables_render_the_arms_and_their_paired_differences(tmp_path, monkeypatch):
+  from experiments import docs_tables
+  from experiments.spectrum import plot_explained_variance, plot_normalized_decay
+  from experiments.spectrum_arms import arms_section
+  from experiments.tables import common
+
+  runs = _hand_runs()
+  folder = tmp_path / "spectrum_trial"
+  folder.mkdir()
+  record = {"split": "test", "num_examples": 8, "runs": runs, "arms": arms_section(runs, ["softmax"])}
+  (folder / "spectrum.json").write_text(json.dumps(record))
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+  text = docs_tables.render_table("spectrum_arms:trial", tmp_path)
+  lines = text.splitlines()
+  assert "| softmax | block_0 | softmax | 3 | 0, 1, 2 | 5.00 ± 1.00 | 12.00 ± 2.00 |" in lines
+  assert "| eta=0.5 | block_1 | primal | 3 | 2, 0, 1 | 1.00 ± 0.00 | 2.00 ± 0.00 |" in lines
+  # -2 ± 2.484 and -2.833 ± 0.717 (the numbers of the test above, to two decimals).
+  assert (
+    "| eta=0.5 | softmax | block_0 | 3 | -2.00 [-4.48, +0.48] | unresolved | -2.83 [-3.55, -2.12] | fewer |" in lines
+  )
+  assert (
+    "| eta=0.5 | softmax | block_1 | 3 | +0.00 [+0.00, +0.00] | unresolved | +0.00 [+0.00, +0.00] | unresolved |"
+    in lines
+  )
+  assert "paired by seed" in text and "(spectrum_trial/spectrum.json)" in text
+  # The per-run table still renders (now naming each run's seed); a record without arms is refused by name.
+  assert "| eta=0.5 (seed 2) | 10 | 3.00 / 11.00 | 1.00 / 2.00 |" in docs_tables.render_table(
+    "spectrum:trial", tmp_path
+  )
+  (folder / "spectrum.json").write_text(json.dumps({k: v for k, v in record.items() if k != "arms"}))
+  with pytest.raises(ValueError, match="no arms section"):
+    docs_tables.render_table("spectrum_arms:trial", tmp_path)
+  # The figures take several models per arm (one panel per arm).
+  plot_explained_variance(runs, tmp_path / "ev.png")
+  plot_normalized_decay(runs, tmp_path / "decay.png")
+  assert (tmp_path / "ev.png").stat().st_size > 0 and (tmp_path / "decay.png").stat().st_size > 0
