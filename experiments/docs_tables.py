@@ -12,7 +12,8 @@ A generated table sits between two markers, each on a line of its own, in a Mark
   ...                                           (written by this command; edits here are overwritten)
   <!-- table:uea:main end -->
 
-The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/)
+The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/, one row per
+run; `spectrum_arms:<name>`: its arms, mean ± std over models and the paired differences by seed)
 or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself), `decoding:<dir>` (the decoding
 benchmark's JSON in benchmarks/results/<dir>/), `vs_release:<dir>` (benchmarks/vs_release.py's; its ratios in one
 paragraph: `vs_release_summary:<dir>`),
@@ -63,6 +64,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
 }
 PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "spectrum": results.spectrum,
+  "spectrum_arms": results.spectrum_arms,
   "benchmark": efficiency.docs_table,
   "d4rl": sweeps.d4rl_sweep,
   "vit": sweeps.vit_sweep,

@@ -1,21 +1,32 @@
-r"""Figure 1: singular value spectra of trained runs' attention matrices.
+r"""Figure 1: singular value spectra of trained runs' attention matrices, over several trained models per arm.
 
   python -m experiments.spectrum --workdir=/tmp/jv_eta0 --workdir=/tmp/jv_full --workdir=/tmp/jv_softmax \
-    --out=/tmp/spectrum --split=test --num_examples=64
+    --out=/tmp/spectrum --split=test --num_examples=64 --nopaired
+
+  python -m experiments.spectrum --out=/tmp/spectrum --reference=softmax --reference="eta=0" \
+    --workdir=/tmp/sm_s0 --label=softmax --workdir=/tmp/sm_s1 --label=softmax --workdir=/tmp/sm_s2 --label=softmax \
+    --workdir=/tmp/e0_s0 --label="eta=0" ... --workdir=/tmp/e05_s2 --label="eta=0.5"
 
 For each run (a workdir written by `experiments.main`: its `config.json` and
 latest checkpoint) the first `num_examples` real examples of `split` go through
 the model once; every Primal layer's induced kernel (Theorem 3.2) and every
 softmax layer's attention matrix is rebuilt per example and head, restricted
-to the real positions, and decomposed (`primal_jax.analysis.spectrum`). Writes to --out:
+to the real positions, and decomposed (`primal_jax.analysis.spectrum`).
+Runs sharing a `--label` are one arm (models trained with different seeds):
+`experiments.spectrum_arms` summarises each arm per layer (block) as mean +- std
+over its models, and pairs every other arm by seed against each `--reference`
+(default: the first arm; `--nopaired` for one model per arm). Writes to --out:
 
-  explained_variance.png  Figure 1 a-c: cumulative explained variance per layer, mean +- std, one panel per run
-  normalized_decay.png    Figure 1 d: sigma_i / sigma_1 per layer, runs overlaid
-  spectrum.json           the curves (mean, std) and statistics per run and layer
+  explained_variance.png  Figure 1 a-c: cumulative explained variance per layer, one panel per arm (band: std over
+                          its models; over examples for an arm of one model)
+  normalized_decay.png    Figure 1 d: sigma_i / sigma_1, one panel per layer, arms overlaid (band as above)
+  spectrum.json           per run (label, arm, seed, ...) and layer the curves (mean, std over examples) and
+                          statistics; `arms`: the per-arm summary and the paired differences
   singular_values.npz     raw singular values, key "<run index>/<layer path>" -> [examples, heads, K]
 
-and prints a table of the components needed for 90% / 99% of the energy per
-run and layer (smaller = sharper decay, the paper's low-rank claim).
+and prints tables of the components needed for 90% / 99% of the energy per
+run and per arm, and the paired differences (smaller = sharper decay, the
+paper's low-rank claim).
 """
 
 from __future__ import annotations
@@ -30,6 +41,15 @@ from typing import Any
 import jax
 import numpy as np
 
+from experiments.spectrum_arms import (
+  PairingError,
+  arms_section,
+  block_of,
+  check_plan,
+  curve_over_models,
+  group_arms,
+  layers_by_block,
+)
 from primal_jax.analysis.spectrum import (
   SPECTRUM_COLLECTION,
   LayerSpectrum,
@@ -92,10 +112,7 @@ def compute_spectra(experiment, state, split: str, num_examples: int, chunk_size
   return [LayerSpectrum.concatenate(p) for p in parts.values()]
 
 
-def _short(name: str) -> str:
-  """The block of a layer path ("encoder/block_1/attention" -> "block_1"), for legends and tables."""
-  parts = [p for p in name.split("/") if p.startswith("block_")]
-  return parts[-1] if parts else name
+_short = block_of  # "encoder/block_1/attention" -> "block_1", for legends and tables
 
 
 def _x_limit(curves: Sequence[np.ndarray], done) -> float:
@@ -105,25 +122,52 @@ def _x_limit(curves: Sequence[np.ndarray], done) -> float:
   return min(max(last + 2, 5), max(c.size for c in curves)) + 0.5
 
 
+def arm_curves(runs: Sequence[dict], key: str, pad: float) -> dict[str, dict[str, dict]]:
+  """arm -> block -> {"kind", "n", "mean", "std"} of the curve `key` ("explained_variance" / "normalized_decay"):
+  with several models the mean and std over the models' mean curves, with one its mean and std over examples."""
+  out: dict[str, dict[str, dict]] = {}
+  for arm, members in group_arms(runs).items():
+    blocks: dict[str, list[dict]] = {}
+    for run in members:
+      for block, layer in layers_by_block(run).items():
+        blocks.setdefault(block, []).append(layer)
+    out[arm] = {}
+    for block, layers in blocks.items():
+      if len(layers) == 1:
+        mean, std = (np.asarray(layers[0][key][part]) for part in ("mean", "std"))
+      else:
+        mean, std = curve_over_models([layer[key]["mean"] for layer in layers], pad)
+      out[arm][block] = {"kind": layers[0]["kind"], "n": len(layers), "mean": mean, "std": std}
+  return out
+
+
+def _band(ax, mean: np.ndarray, std: np.ndarray, label: str, alpha: float) -> None:
+  k = np.arange(1, mean.size + 1)
+  (line,) = ax.plot(k, mean, label=label)
+  ax.fill_between(k, np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1), color=line.get_color(), alpha=alpha)
+
+
+def _models(n: int) -> str:
+  return "1 model, band: std over examples" if n == 1 else f"{n} models, band: std over models"
+
+
 def plot_explained_variance(runs: Sequence[dict], path: Path) -> None:
-  """Figure 1 a-c: one panel per run, one curve per layer with a mean +- std band."""
+  """Figure 1 a-c: one panel per arm, one curve per layer (block): mean +- std over the arm's models (over the
+  examples where the arm has one model)."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.4), squeeze=False, sharey=True)
-  for ax, run in zip(axes[0], runs, strict=True):
-    for layer in run["layers"]:
-      mean = np.asarray(layer["explained_variance"]["mean"])
-      std = np.asarray(layer["explained_variance"]["std"])
-      k = np.arange(1, mean.size + 1)
-      (line,) = ax.plot(k, mean, label=f"{_short(layer['name'])} ({layer['kind']})")
-      ax.fill_between(k, np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1), color=line.get_color(), alpha=0.2)
-    ax.set_title(run["label"], fontsize=10)
+  arms = arm_curves(runs, "explained_variance", pad=1.0)
+  fig, axes = plt.subplots(1, len(arms), figsize=(4.2 * len(arms), 3.4), squeeze=False, sharey=True)
+  for ax, (arm, blocks) in zip(axes[0], arms.items(), strict=True):
+    for block, curve in blocks.items():
+      _band(ax, curve["mean"], curve["std"], f"{block} ({curve['kind']})", alpha=0.2)
+    n = max(curve["n"] for curve in blocks.values())
+    ax.set_title(f"{arm}\n({_models(n)})", fontsize=9)
     ax.set_xlabel("number of components")
-    curves = [np.asarray(layer["explained_variance"]["mean"]) for layer in run["layers"]]
-    ax.set_xlim(0.5, _x_limit(curves, lambda c: c >= 0.9999))
+    ax.set_xlim(0.5, _x_limit([curve["mean"] for curve in blocks.values()], lambda c: c >= 0.9999))
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
@@ -134,25 +178,22 @@ def plot_explained_variance(runs: Sequence[dict], path: Path) -> None:
 
 
 def plot_normalized_decay(runs: Sequence[dict], path: Path) -> None:
-  """Figure 1 d: one panel per layer (matched by path), runs overlaid."""
+  """Figure 1 d: one panel per layer (block), one curve per arm (mean +- std over its models, as above)."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  names = list(dict.fromkeys(layer["name"] for run in runs for layer in run["layers"]))
-  fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False, sharey=True)
-  for ax, name in zip(axes[0], names, strict=True):
+  arms = arm_curves(runs, "normalized_decay", pad=0.0)
+  blocks = list(dict.fromkeys(block for curves in arms.values() for block in curves))
+  fig, axes = plt.subplots(1, len(blocks), figsize=(4.2 * len(blocks), 3.4), squeeze=False, sharey=True)
+  for ax, block in zip(axes[0], blocks, strict=True):
     curves = []
-    for run in runs:
-      for layer in (layer for layer in run["layers"] if layer["name"] == name):
-        mean = np.asarray(layer["normalized_decay"]["mean"])
-        std = np.asarray(layer["normalized_decay"]["std"])
-        k = np.arange(1, mean.size + 1)
-        (line,) = ax.plot(k, mean, label=f"{run['label']} ({layer['kind']})")
-        ax.fill_between(k, np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1), color=line.get_color(), alpha=0.15)
-        curves.append(mean)
-    ax.set_title(_short(name), fontsize=10)
+    for arm, by_block in arms.items():
+      if (curve := by_block.get(block)) is not None:
+        _band(ax, curve["mean"], curve["std"], f"{arm} ({curve['kind']}, n={curve['n']})", alpha=0.15)
+        curves.append(curve["mean"])
+    ax.set_title(block, fontsize=10)
     ax.set_xlabel("singular value index i")
     ax.set_xlim(0.5, _x_limit(curves, lambda c: c <= 0.005))
     ax.set_ylim(0, 1.02)
@@ -185,6 +226,21 @@ def comparison_rows(runs: Sequence[dict]) -> list[dict[str, Any]]:
   return rows
 
 
+def arm_rows(section: dict) -> list[dict[str, Any]]:
+  """One printed row per (arm, layer): models, seeds and components for 90% / 99% as mean +- std over models."""
+  rows = []
+  for arm, blocks in section["summary"].items():
+    for block, s in blocks.items():
+      k90, k99 = (_mean_std_text(s[stat]) for stat in ("components_90", "components_99"))
+      seeds = ",".join("-" if seed is None else str(seed) for seed in s["seeds"])
+      rows.append({"arm": arm, "layer": block, "kind": s["kind"], "n": s["n"], "seeds": seeds, "k90": k90, "k99": k99})
+  return rows
+
+
+def _mean_std_text(stat: dict) -> str:
+  return f"{stat['mean']:.2f}" if stat["std"] is None else f"{stat['mean']:.2f} +- {stat['std']:.2f}"
+
+
 def analyze(
   workdirs: Sequence[str],
   out: str | Path,
@@ -195,9 +251,15 @@ def analyze(
   labels: Sequence[str] = (),
   data_dir: str | None = None,
   step: int | None = None,
+  references: Sequence[str] | None = (),
   print_fn=print,
 ) -> dict:
-  """Spectra of every run in `workdirs`; writes the figures, JSON and NPZ to `out`; returns the JSON dict."""
+  """Spectra of every run in `workdirs`; writes the figures, JSON and NPZ to `out`; returns the JSON dict.
+
+  Runs sharing a label form an arm (`experiments.spectrum_arms`); with `references` (empty: the first arm; None: no
+  pairing) every other arm is paired by seed against each of them. What cannot be paired (an arm of one model,
+  seeds that differ) refuses (`PairingError`) before any spectrum is computed.
+  """
   from primal_jax.training.experiment import load_run_config, load_state
   from primal_jax.training.metrics import summary_table
 
@@ -205,17 +267,24 @@ def analyze(
     raise ValueError(f"{len(labels)} labels for {len(workdirs)} workdirs")
   if num_examples <= 0 or chunk_size <= 0:
     raise ValueError(f"num_examples and chunk_size must be > 0, got {num_examples}, {chunk_size}")
+  configs = [load_run_config(workdir, data_dir) for workdir in workdirs]
+  arm_labels = list(labels) if labels else [run_label(config) for config in configs]
+  seeds: dict[str, list] = {arm: [] for arm in arm_labels}
+  for arm, config in zip(arm_labels, configs, strict=True):
+    seeds[arm].append(int(config.seed))
+  if references is not None:
+    check_plan(seeds, references)
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
   runs, arrays = [], {}
-  for i, workdir in enumerate(workdirs):
-    config = load_run_config(workdir, data_dir)
+  for i, (workdir, config, label) in enumerate(zip(workdirs, configs, arm_labels, strict=True)):
     experiment, state = load_state(config, workdir, step=step)
     spectra = compute_spectra(experiment, state, split, num_examples, chunk_size)
-    label = labels[i] if labels else run_label(config)
     runs.append(
       {
         "label": label,
+        "arm": label,
+        "seed": int(config.seed),
         "workdir": str(workdir),
         "step": int(jax.device_get(state.step)),
         "family": stack_name(config.model.layers),
@@ -225,13 +294,17 @@ def analyze(
     )
     arrays.update({f"{i}/{s.name}": s.singular_values for s in spectra})
     print_fn(f"{label}: {workdir} step {runs[-1]['step']}, {spectra[0].singular_values.shape[0]} {split} examples")
-  result = {"split": split, "num_examples": num_examples, "runs": runs}
+  result = {"split": split, "num_examples": num_examples, "runs": runs, "arms": arms_section(runs, references)}
   (out / "spectrum.json").write_text(json.dumps(result, indent=1))
   np.savez_compressed(out / "singular_values.npz", **arrays)
   plot_explained_variance(runs, out / "explained_variance.png")
   plot_normalized_decay(runs, out / "normalized_decay.png")
   columns = ["run", "layer", "kind", "k90", "k99", "decay_area", "stable_rank", "length"]
   print_fn(summary_table(comparison_rows(runs), columns))
+  print_fn(summary_table(arm_rows(result["arms"]), ["arm", "layer", "kind", "n", "seeds", "k90", "k99"]))
+  if result["arms"]["paired"]:
+    paired_columns = ["arm", "reference", "layer", "stat", "n", "mean", "low", "high", "verdict"]
+    print_fn(summary_table(result["arms"]["paired"], paired_columns))
   return result
 
 
@@ -249,6 +322,18 @@ def main(argv: Sequence[str] | None = None) -> None:
   flags.DEFINE_multi_string("label", [], "Legend label per --workdir (default: family and eta).", **on)
   flags.DEFINE_string("data_dir", None, "Override config.data.data_dir (e.g. data prepared elsewhere).", **on)
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).", **on)
+  flags.DEFINE_multi_string(
+    "reference",
+    [],
+    "Arm (label) every other arm is paired against by seed; repeat for several (default: the first).",
+    **on,
+  )
+  flags.DEFINE_boolean(
+    "paired",
+    True,
+    "Pair the arms by seed (each needs >= 2 models, the same seeds); --nopaired: one model per arm.",
+    **on,
+  )
   flags.mark_flags_as_required(["workdir", "out"], flag_values=fv)
   argv = list(sys.argv if argv is None else argv)
   try:
@@ -259,6 +344,17 @@ def main(argv: Sequence[str] | None = None) -> None:
   if len(rest) > 1:
     sys.stderr.write(f"FATAL unexpected positional arguments: {rest[1:]}\n")
     sys.exit(2)
+  if fv.reference and not fv.paired:
+    sys.stderr.write("FATAL --reference asks for pairing: drop --nopaired\n")
+    sys.exit(2)
+  try:
+    _analyze_from_flags(fv)
+  except PairingError as err:  # arms that cannot be paired as asked: one line naming the argument
+    sys.stderr.write(f"FATAL {err}\n")
+    sys.exit(2)
+
+
+def _analyze_from_flags(fv) -> None:
   analyze(
     fv.workdir,
     fv.out,
@@ -268,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     labels=fv.label,
     data_dir=fv.data_dir,
     step=fv.step,
+    references=fv.reference if fv.paired else None,
   )
 
 

@@ -187,6 +187,65 @@ def test_cli_writes_figures_and_monotone_curves(tiny_run, tmp_path, capsys):
     assert arrays["0/encoder/block_1/attention"].shape[:2] == (12, 2)  # smoke model: 2 heads
   table = capsys.readouterr().out
   assert "k90" in table and "block_1" in table and "primal" in table
+  # Each run records its seed and arm; one arm of one model: a summary with no std and nothing to pair.
+  assert run["seed"] == 0 and run["arm"] == run["label"]
+  arms = result["arms"]
+  assert list(arms["summary"]) == [run["label"]] and arms["paired"] == [] and arms["references"] == [run["label"]]
+  block = arms["summary"][run["label"]]["block_1"]
+  assert block["n"] == 1 and block["seeds"] == [0] and block["components_90"]["std"] is None
+  assert block["components_90"]["mean"] == run["layers"][1]["stats"]["components_90"]["mean"]
+
+
+def _reseeded(run: Path, seed: int, to: Path) -> Path:
+  """A copy of `run` whose config names another seed (the same weights: a stand-in for a model of that seed)."""
+  import shutil
+
+  shutil.copytree(run, to)
+  config = json.loads((to / "config.json").read_text())
+  config["seed"] = seed
+  (to / "config.json").write_text(json.dumps(config))
+  return to
+
+
+def test_cli_pairs_arms_of_several_models_by_seed(tiny_run, tmp_path):
+  from experiments.spectrum import main
+
+  other = _reseeded(tiny_run, 1, tmp_path / "seed1")
+  out = tmp_path / "out"
+  runs = [f"--workdir={tiny_run}", f"--workdir={other}"]
+  flags = ["--num_examples=4", "--chunk_size=4", "--reference=b", f"--out={out}"]
+  main(["spectrum", *flags, *runs, "--label=a", "--label=a", *runs[::-1], "--label=b", "--label=b"])
+  record = json.loads((out / "spectrum.json").read_text())
+  assert [(r["arm"], r["seed"]) for r in record["runs"]] == [("a", 0), ("a", 1), ("b", 1), ("b", 0)]
+  summary = record["arms"]["summary"]
+  assert summary["a"]["block_0"]["seeds"] == [0, 1] and summary["b"]["block_1"]["n"] == 2
+  # The same weights under both seeds: std over models 0, and every paired difference exactly 0 (no finding).
+  assert summary["a"]["block_1"]["components_99"]["std"] == 0.0
+  paired = record["arms"]["paired"]
+  assert {(p["arm"], p["reference"], p["layer"]) for p in paired} == {("a", "b", "block_0"), ("a", "b", "block_1")}
+  assert all(p["n"] == 2 and p["mean"] == 0.0 and p["verdict"] == "unresolved" for p in paired)
+  assert (out / "explained_variance.png").stat().st_size > 0
+
+
+def test_cli_refuses_arms_it_cannot_pair_before_computing(tiny_run, tmp_path, capsys):
+  from experiments.spectrum import main
+
+  other = _reseeded(tiny_run, 1, tmp_path / "seed1")
+  out = tmp_path / "out"
+  cases = [
+    ([f"--workdir={tiny_run}", "--label=a", f"--workdir={other}", "--label=b"], "FATAL --label=a: 1 model(s)"),
+    (
+      [f"--workdir={tiny_run}", "--label=a", f"--workdir={other}", "--label=a", "--reference=z"],
+      "FATAL --reference=z: no",
+    ),
+    ([f"--workdir={tiny_run}", "--reference=a", "--nopaired"], "FATAL --reference asks for pairing"),
+  ]
+  for args, message in cases:
+    with pytest.raises(SystemExit) as exit_info:
+      main(["spectrum", f"--out={out}", *args])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(message) and err.count("\n") == 1, err
+  assert not out.exists()  # refused before anything was computed or written
 
 
 def test_cli_requires_workdir_and_out(capsys):
@@ -195,3 +254,177 @@ def test_cli_requires_workdir_and_out(capsys):
   with pytest.raises(SystemExit) as exit_info:
     main(["spectrum", "--out=/nonexistent"])
   assert exit_info.value.code == 2 and "--workdir" in capsys.readouterr().err
+
+
+# --- Figure 1 over several models per arm (experiments.spectrum_arms) on hand-made runs of known values
+
+T_975_2 = 4.302652729911275  # Student-t 97.5% quantile, 2 degrees of freedom (3 pairs), from tables
+
+
+def _layer(block: int, kind: str, k90: float, k99: float) -> dict:
+  curve = [0.6, 0.9, 1.0] if block == 0 else [0.8, 1.0, 1.0]
+  return {
+    "name": f"encoder/block_{block}/attention",
+    "kind": kind,
+    "length": {"mean": 6.0, "max": 8},
+    "explained_variance": {"mean": curve, "std": [0.1, 0.05, 0.0]},
+    "normalized_decay": {"mean": [1.0, 0.5, 0.1], "std": [0.0, 0.1, 0.05]},
+    "stats": {"components_90": {"mean": k90, "std": 0.5}, "components_99": {"mean": k99, "std": 0.5}},
+  }
+
+
+def _run(arm: str, seed, k90: tuple, k99: tuple, kinds=("softmax", "softmax")) -> dict:
+  """A run of spectrum.json with two layers (blocks 0 and 1): each model's mean over examples is k90[i], k99[i]."""
+  layers = [_layer(i, kind, a, b) for i, (kind, a, b) in enumerate(zip(kinds, k90, k99, strict=True))]
+  return {"label": arm, "arm": arm, "seed": seed, "step": 10, "workdir": f"/runs/{arm}/{seed}", "layers": layers}
+
+
+def _hand_runs() -> list[dict]:
+  """softmax (seeds 0, 1, 2) and eta=0.5 (the same seeds, listed out of order, so pairing by position would err).
+
+  block_0, eta=0.5 - softmax by seed: 90%: 2-4, 4-5, 3-6 = -2, -1, -3; 99%: 7-10, 9.5-12, 11-14 = -3, -2.5, -3.
+  """
+  primal = ("softmax", "primal")
+  return [
+    _run("softmax", 0, (4, 1), (10, 2)),
+    _run("softmax", 1, (5, 1), (12, 2)),
+    _run("softmax", 2, (6, 1), (14, 2)),
+    _run("eta=0.5", 2, (3, 1), (11, 2), primal),
+    _run("eta=0.5", 0, (2, 1), (7, 2), primal),
+    _run("eta=0.5", 1, (4, 1), (9.5, 2), primal),
+  ]
+
+
+def test_arm_summary_is_mean_and_sample_std_over_models():
+  from experiments.spectrum_arms import summarize_arms
+
+  arms = summarize_arms(_hand_runs())
+  assert list(arms) == ["softmax", "eta=0.5"] and list(arms["softmax"]) == ["block_0", "block_1"]
+  softmax, eta = arms["softmax"]["block_0"], arms["eta=0.5"]["block_0"]
+  assert softmax["n"] == 3 and softmax["seeds"] == [0, 1, 2] and eta["seeds"] == [2, 0, 1]
+  assert eta["kind"] == "softmax" and arms["eta=0.5"]["block_1"]["kind"] == "primal"
+  # By hand: mean(4, 5, 6) = 5, std = sqrt((1 + 0 + 1) / 2) = 1; mean(10, 12, 14) = 12, std = sqrt(8 / 2) = 2.
+  tol = dict(rtol=0, atol=1e-12)
+  np.testing.assert_allclose([softmax["components_90"]["mean"], softmax["components_90"]["std"]], [5, 1], **tol)
+  np.testing.assert_allclose([softmax["components_99"]["mean"], softmax["components_99"]["std"]], [12, 2], **tol)
+  # mean(3, 2, 4) = 3, std 1; mean(11, 7, 9.5) = 9.1666..., std = sqrt((1.8333^2 + 2.1667^2 + 0.3333^2) / 2).
+  np.testing.assert_allclose([eta["components_90"]["mean"], eta["components_90"]["std"]], [3, 1], **tol)
+  dev = np.array([11, 7, 9.5]) - 27.5 / 3
+  np.testing.assert_allclose(eta["components_99"]["std"], np.sqrt((dev**2).sum() / 2), **tol)
+  # Identical values: std exactly 0; one model: std None (never NaN).
+  assert arms["softmax"]["block_1"]["components_90"]["std"] == 0.0
+  (one,) = summarize_arms([_run("a", 0, (3, 1), (4, 2))])["a"]["block_0"]["components_90"]["values"]
+  assert one == 3.0 and summarize_arms([_run("a", 0, (3, 1), (4, 2))])["a"]["block_0"]["components_90"]["std"] is None
+
+
+def test_paired_differences_by_seed_against_the_reference():
+  from experiments.spectrum_arms import arms_section
+
+  section = arms_section(_hand_runs(), ["softmax"])
+  assert section["references"] == ["softmax"] and section["confidence"] == 0.95
+  found = {(p["arm"], p["reference"], p["layer"], p["stat"]): p for p in section["paired"]}
+  assert set(found) == {
+    ("eta=0.5", "softmax", b, s) for b in ("block_0", "block_1") for s in ("components_90", "components_99")
+  }
+  # 90%, block_0: differences -2, -1, -3: mean -2, std 1, half-width t * 1 / sqrt(3) = 2.484: contains 0.
+  k90 = found[("eta=0.5", "softmax", "block_0", "components_90")]
+  half = T_975_2 * 1 / np.sqrt(3)
+  np.testing.assert_allclose(
+    [k90["mean"], k90["std"], k90["low"], k90["high"]], [-2, 1, -2 - half, -2 + half], atol=1e-9
+  )
+  assert k90["n"] == 3 and k90["verdict"] == "unresolved"
+  # 99%, block_0: differences -3, -2.5, -3: mean -17/6, std sqrt(1/12), interval below zero: fewer components.
+  k99 = found[("eta=0.5", "softmax", "block_0", "components_99")]
+  std = np.sqrt(((-3 + 17 / 6) ** 2 * 2 + (-2.5 + 17 / 6) ** 2) / 2)
+  half = T_975_2 * std / np.sqrt(3)
+  expected = [-17 / 6, std, -17 / 6 - half, -17 / 6 + half]  # [-3.550, -2.116]
+  np.testing.assert_allclose([k99["mean"], k99["std"], k99["low"], k99["high"]], expected, atol=1e-9)
+  assert k99["verdict"] == "lower" and k99["high"] < 0
+  # block_1: all differences 0: a zero-width interval at 0 is no finding.
+  assert found[("eta=0.5", "softmax", "block_1", "components_90")]["verdict"] == "unresolved"
+
+  # The default reference is the first arm; two references compare each pair once.
+  assert arms_section(_hand_runs(), [])["references"] == ["softmax"]
+  third = [_run("eta=0", s, (5, 1), (12, 2)) for s in (0, 1, 2)]
+  both = arms_section(_hand_runs() + third, ["softmax", "eta=0"])["paired"]
+  pairs = {(p["arm"], p["reference"]) for p in both}
+  assert pairs == {("eta=0.5", "softmax"), ("eta=0", "softmax"), ("eta=0.5", "eta=0")}
+  # Not asked: no pairing, and one model per arm is fine.
+  single = arms_section([_run("a", 0, (3, 1), (4, 2)), _run("b", 0, (2, 1), (4, 2))], None)
+  assert single["paired"] is None and single["summary"]["b"]["block_0"]["n"] == 1
+  assert arms_section([_run("a", 0, (3, 1), (4, 2))], [])["paired"] == []  # one arm: nothing to pair
+
+
+@pytest.mark.parametrize(
+  "change, references, message",
+  [
+    (lambda runs: runs[:4], ["softmax"], "--label=eta=0.5: 1 model(s) in block_0"),
+    (
+      lambda runs: [*runs[:5], _run("eta=0.5", 3, (4, 1), (9.5, 2), ("softmax", "primal"))],
+      ["softmax"],
+      "seeds [0, 2, 3]",
+    ),
+    (
+      lambda runs: [*runs[:5], _run("eta=0.5", 0, (4, 1), (9.5, 2), ("softmax", "primal"))],
+      ["softmax"],
+      "a seed twice",
+    ),
+    (lambda runs: [*runs[:5], _run("eta=0.5", None, (4, 1), (9.5, 2), ("softmax", "primal"))], ["softmax"], "no seed"),
+    (lambda runs: runs, ["nope"], "--reference=nope: no such arm"),
+    (lambda runs: [*runs[:5], _run("eta=0.5", 1, (4, 1), (9.5, 2))], ["softmax"], "--label=eta=0.5: its models differ"),
+  ],
+  ids=["one_model", "other_seeds", "seed_twice", "no_seed", "unknown_reference", "mixed_kinds"],
+)
+def test_arms_refuse_what_cannot_be_paired(change, references, message):
+  from experiments.spectrum_arms import PairingError, arms_section
+
+  with pytest.raises(PairingError) as err:
+    arms_section(change(_hand_runs()), references)
+  assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_curves_over_models_pad_and_take_the_sample_std():
+  from experiments.spectrum_arms import curve_over_models
+
+  mean, std = curve_over_models([[0.5, 1.0], [0.7, 0.9, 1.0]], pad=1.0)  # the first extended with 1
+  np.testing.assert_allclose(mean, [0.6, 0.95, 1.0], atol=1e-12)
+  np.testing.assert_allclose(std, [np.sqrt(0.02), np.sqrt(0.005), 0.0], atol=1e-12)  # ddof=1: 0.2^2 / 2, 0.1^2 / 2
+  np.testing.assert_array_equal(curve_over_models([[1.0, 0.5]], pad=0.0)[1], [0.0, 0.0])
+
+
+def test_docs_tables_render_the_arms_and_their_paired_differences(tmp_path, monkeypatch):
+  from experiments import docs_tables
+  from experiments.spectrum import plot_explained_variance, plot_normalized_decay
+  from experiments.spectrum_arms import arms_section
+  from experiments.tables import common
+
+  runs = _hand_runs()
+  folder = tmp_path / "spectrum_trial"
+  folder.mkdir()
+  record = {"split": "test", "num_examples": 8, "runs": runs, "arms": arms_section(runs, ["softmax"])}
+  (folder / "spectrum.json").write_text(json.dumps(record))
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+  text = docs_tables.render_table("spectrum_arms:trial", tmp_path)
+  lines = text.splitlines()
+  assert "| softmax | block_0 | softmax | 3 | 0, 1, 2 | 5.00 ± 1.00 | 12.00 ± 2.00 |" in lines
+  assert "| eta=0.5 | block_1 | primal | 3 | 2, 0, 1 | 1.00 ± 0.00 | 2.00 ± 0.00 |" in lines
+  # -2 ± 2.484 and -2.833 ± 0.717 (the numbers of the test above, to two decimals).
+  assert (
+    "| eta=0.5 | softmax | block_0 | 3 | -2.00 [-4.48, +0.48] | unresolved | -2.83 [-3.55, -2.12] | fewer |" in lines
+  )
+  assert (
+    "| eta=0.5 | softmax | block_1 | 3 | +0.00 [+0.00, +0.00] | unresolved | +0.00 [+0.00, +0.00] | unresolved |"
+    in lines
+  )
+  assert "paired by seed" in text and "(spectrum_trial/spectrum.json)" in text
+  # The per-run table still renders (now naming each run's seed); a record without arms is refused by name.
+  assert "| eta=0.5 (seed 2) | 10 | 3.00 / 11.00 | 1.00 / 2.00 |" in docs_tables.render_table(
+    "spectrum:trial", tmp_path
+  )
+  (folder / "spectrum.json").write_text(json.dumps({k: v for k, v in record.items() if k != "arms"}))
+  with pytest.raises(ValueError, match="no arms section"):
+    docs_tables.render_table("spectrum_arms:trial", tmp_path)
+  # The figures take several models per arm (one panel per arm).
+  plot_explained_variance(runs, tmp_path / "ev.png")
+  plot_normalized_decay(runs, tmp_path / "decay.png")
+  assert (tmp_path / "ev.png").stat().st_size > 0 and (tmp_path / "decay.png").stat().st_size > 0

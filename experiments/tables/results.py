@@ -248,7 +248,8 @@ def spectrum(name: str, base: Path) -> str:
   body = []
   for run in record["runs"]:
     by_block = {re.search(r"block_(\d+)", layer["name"]).group(1): layer for layer in run["layers"]}
-    row = [run["label"], f"{run['step']:,}"]
+    seed = f" (seed {run['seed']})" if "seed" in run else ""  # recorded since runs form arms
+    row = [run["label"] + seed, f"{run['step']:,}"]
     for block in blocks:
       stats = by_block[block]["stats"] if block in by_block else None
       row.append(
@@ -262,3 +263,61 @@ def spectrum(name: str, base: Path) -> str:
     f"(mean length {length:,.1f}); {link(path, base, 'spectrum.json')}."
   )
   return markdown.table(header, body, numeric_from=1) + "\n\n" + caption
+
+
+# The verdicts of `experiments.engine.stats` in the words of a component count (arm - reference).
+_FEWER = {"lower": "fewer", "higher": "more", "level": "level", "unresolved": "unresolved"}
+
+
+def _spread(stat: dict) -> str:
+  """'mean ± std' over models (the mean alone for one model)."""
+  return f"{stat['mean']:.2f}" if stat["std"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
+
+
+def _difference(entry: dict | None) -> tuple[str, str]:
+  """'+0.50 [-0.10, +1.10]' and the verdict of one paired entry; '-' where the layer was not paired."""
+  if entry is None:
+    return "-", "-"
+  mean, low, high = (f"{round(entry[k], 2) + 0.0:+.2f}" for k in ("mean", "low", "high"))  # no "-0.00"
+  text = f"{mean} [{low}, {high}]"
+  return text, _FEWER[entry["verdict"]]
+
+
+def spectrum_arms(name: str, base: Path) -> str:
+  """`spectrum_arms:<name>`: experiments/results/spectrum_<name>/spectrum.json's arms (runs sharing a label), per
+  layer the components for 90% / 99% of the energy as mean ± std over the arm's models, and each arm's paired
+  difference by seed against each reference arm (`experiments.spectrum_arms`)."""
+  path = common.RESULTS / f"spectrum_{name}" / "spectrum.json"
+  record = _load(path)
+  if "arms" not in record:
+    raise ValueError(f"spectrum_arms:{name}: {path} has no arms section (written before arms); use spectrum:{name}")
+  section = record["arms"]
+  body = []
+  for arm, blocks in section["summary"].items():
+    for block, s in blocks.items():
+      seeds = ", ".join("-" if seed is None else str(seed) for seed in s["seeds"])
+      row = [arm, block, s["kind"], s["n"], seeds, _spread(s["components_90"]), _spread(s["components_99"])]
+      body.append(row)
+  header = ["arm", "layer", "kind", "models", "seeds", "90%: mean ± std", "99%: mean ± std"]
+  text = markdown.table(header, body, aligns=["l", "l", "l", "r", "l", "r", "r"])
+  over = f"each model's mean over {record['num_examples']} {record['split']} sequences"
+  if not section["paired"]:
+    why = "not paired (--nopaired)" if section["paired"] is None else "nothing paired (one arm, or no shared layer)"
+    source = link(path, base, "spectrum.json")
+    return f"{text}\n\nComponents for 90% / 99% of the energy ({over}), over the arm's models; {why}; {source}."
+  found = {(p["arm"], p["reference"], p["layer"], p["stat"]): p for p in section["paired"]}
+  pairs = list(dict.fromkeys(key[:3] for key in found))
+  rows = []
+  for arm, reference, block in pairs:
+    k90, k99 = (found.get((arm, reference, block, stat)) for stat in ("components_90", "components_99"))
+    n = (k90 or k99)["n"]
+    rows.append([arm, reference, block, n, *_difference(k90), *_difference(k99)])
+  confidence = f"{100 * section['confidence']:g}%"
+  header = ["arm", "vs", "layer", "pairs", f"90%: diff. [{confidence} CI]", "verdict", f"99%: diff. [{confidence} CI]"]
+  paired = markdown.table([*header, "verdict"], rows, aligns=["l", "l", "l", "r", "r", "l", "r", "l"])
+  caption = (
+    f"Components for 90% / 99% of the energy ({over}): mean ± sample std over the arm's models, layers matched by "
+    f"block. Differences arm - reference paired by seed with their Student-t {confidence} interval: fewer / more "
+    f"where the interval excludes zero, unresolved otherwise; {link(path, base, 'spectrum.json')}."
+  )
+  return f"{text}\n\n{paired}\n\n{caption}"
