@@ -1,7 +1,7 @@
 r"""Figure 1: singular value spectra of trained runs' attention matrices, over several trained models per arm.
 
   python -m experiments.spectrum --workdir=/tmp/jv_eta0 --workdir=/tmp/jv_full --workdir=/tmp/jv_softmax \
-    --out=/tmp/spectrum --split=test --num_examples=64 --nopaired
+    --out=/tmp/spectrum --split=test --num_examples=64
 
   python -m experiments.spectrum --out=/tmp/spectrum --reference=softmax --reference="eta=0" \
     --workdir=/tmp/sm_s0 --label=softmax --workdir=/tmp/sm_s1 --label=softmax --workdir=/tmp/sm_s2 --label=softmax \
@@ -15,7 +15,8 @@ to the real positions, and decomposed (`primal_jax.analysis.spectrum`).
 Runs sharing a `--label` are one arm (models trained with different seeds):
 `experiments.spectrum_arms` summarises each arm per layer (block) as mean +- std
 over its models, and pairs every other arm by seed against each `--reference`
-(default: the first arm; `--nopaired` for one model per arm). Writes to --out:
+(default: the first arm; with one model per arm and no `--reference`, or with
+`--nopaired`, nothing is paired). Writes to --out:
 
   explained_variance.png  Figure 1 a-c: cumulative explained variance per layer, one panel per arm (band: std over
                           its models; over examples for an arm of one model)
@@ -257,8 +258,9 @@ def analyze(
   """Spectra of every run in `workdirs`; writes the figures, JSON and NPZ to `out`; returns the JSON dict.
 
   Runs sharing a label form an arm (`experiments.spectrum_arms`); with `references` (empty: the first arm; None: no
-  pairing) every other arm is paired by seed against each of them. What cannot be paired (an arm of one model,
-  seeds that differ) refuses (`PairingError`) before any spectrum is computed.
+  pairing; empty with one model per arm: none either) every other arm is paired by seed against each of them.
+  What cannot be paired as asked (an arm of one model beside arms of several, seeds that differ) refuses
+  (`PairingError`) before any spectrum is computed.
   """
   from primal_jax.training.experiment import load_run_config, load_state
   from primal_jax.training.metrics import summary_table
@@ -272,6 +274,8 @@ def analyze(
   seeds: dict[str, list] = {arm: [] for arm in arm_labels}
   for arm, config in zip(arm_labels, configs, strict=True):
     seeds[arm].append(int(config.seed))
+  if references == () and all(len(found) == 1 for found in seeds.values()):
+    references = None  # one model per arm and no --reference asked for: nothing to pair (Figure 1 on single runs)
   if references is not None:
     check_plan(seeds, references)
   out = Path(out)
@@ -331,7 +335,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   flags.DEFINE_boolean(
     "paired",
     True,
-    "Pair the arms by seed (each needs >= 2 models, the same seeds); --nopaired: one model per arm.",
+    "Pair the arms by seed (each needs >= 2 models, the same seeds; with one model per arm and no --reference "
+    "nothing is paired); --nopaired: never pair.",
     **on,
   )
   flags.mark_flags_as_required(["workdir", "out"], flag_values=fv)

@@ -233,7 +233,10 @@ def test_cli_refuses_arms_it_cannot_pair_before_computing(tiny_run, tmp_path, ca
   other = _reseeded(tiny_run, 1, tmp_path / "seed1")
   out = tmp_path / "out"
   cases = [
-    ([f"--workdir={tiny_run}", "--label=a", f"--workdir={other}", "--label=b"], "FATAL --label=a: 1 model(s)"),
+    (
+      [f"--workdir={tiny_run}", "--label=a", f"--workdir={other}", "--label=b", "--reference=a"],
+      "FATAL --label=a: 1 model(s)",
+    ),
     (
       [f"--workdir={tiny_run}", "--label=a", f"--workdir={other}", "--label=a", "--reference=z"],
       "FATAL --reference=z: no",
@@ -246,6 +249,14 @@ def test_cli_refuses_arms_it_cannot_pair_before_computing(tiny_run, tmp_path, ca
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith(message) and err.count("\n") == 1, err
   assert not out.exists()  # refused before anything was computed or written
+
+
+def test_one_model_per_arm_without_a_reference_pairs_nothing(tiny_run, tmp_path):
+  from experiments.spectrum import analyze
+
+  other = _reseeded(tiny_run, 1, tmp_path / "seed1")
+  result = analyze([tiny_run, other], tmp_path / "out", labels=["a", "b"], num_examples=4, print_fn=lambda _: None)
+  assert result["arms"]["paired"] is None and [r["seed"] for r in result["runs"]] == [0, 1]
 
 
 def test_cli_requires_workdir_and_out(capsys):
