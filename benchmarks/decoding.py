@@ -135,11 +135,13 @@ def prepared_runner(variant: str, context: int, batch: int, args):
       tokens = rng.integers(0, 256, (batch, min(args.prefill_chunk, prefill - begin)), dtype=np.int32)
       _, cache = step(params, cache, jnp.asarray(tokens))
   token = jnp.zeros((batch, 1), jnp.int32)
-  memory = greedy_step.lower(params, cache, token).compile().memory_analysis()
+  compiled = greedy_step.lower(params, cache, token).compile()
+  memory = compiled.memory_analysis()
   sizes = {
     "state_bytes": state_bytes,
     "xla_temp_bytes": None if memory is None else int(memory.temp_size_in_bytes),
     "weight_bytes": weight_bytes(params, batch),
+    "flops_per_step": harness.compiled_flops(compiled),  # XLA's count for the whole step (None where unknown)
   }
   sizes["bytes_per_step"] = sizes["weight_bytes"] + state_bytes
 

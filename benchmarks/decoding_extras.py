@@ -101,7 +101,8 @@ def measure_scaling(args, variants) -> list[dict]:
     marginal = marginal_times(runners, samples, args, f"scaling B={batch} context {args.scaling_context}")
     for variant in variants:
       ms = 1e3 * marginal[variant]  # the main table's marginal step
-      out.append({"model": variant, "batch": batch, "seq_len": args.scaling_context, "ms_per_token": ms})
+      sizes = {k: prepared[variant][1][k] for k in ("bytes_per_step", "flops_per_step")}
+      out.append({"model": variant, "batch": batch, "seq_len": args.scaling_context, "ms_per_token": ms, **sizes})
       print(f"scaling B={batch:<3} context {args.scaling_context}  {variant:<17} {ms:8.3f} ms/step", flush=True)
   return out
 
@@ -115,4 +116,15 @@ def measure_extras(results: dict, args) -> None:
   if args.e2e_prompt:
     results["e2e"] = measure_e2e(args, VARIANTS)
   if args.scaling_batches:
-    results["scaling"] = measure_scaling(args, VARIANTS)
+    results["scaling"] = scaling_bounds(measure_scaling(args, VARIANTS), results["meta"])
+
+
+def scaling_bounds(records: list[dict], meta: dict) -> list[dict]:
+  """Each batch-scaling record with its roofline: `bound_ms`, the larger of its bytes at the bandwidth and XLA's
+  FLOPs at the matmul peak (a bigger batch reads the weights once for more tokens, until the arithmetic binds),
+  and `bound_fraction` = bound / measured."""
+  bandwidth, peak = meta["bandwidth_bytes_per_s"], meta["matmul_peak"]["flops_per_s"]
+  for r in records:
+    r["bound_ms"] = 1e3 * max(r["bytes_per_step"] / bandwidth, (r["flops_per_step"] or 0.0) / peak)
+    r["bound_fraction"] = r["bound_ms"] / r["ms_per_token"]
+  return records

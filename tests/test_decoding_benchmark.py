@@ -85,6 +85,18 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
   )
   for title in ("Fraction of the bandwidth bound", "Chunked prefill", "End-to-end", "Tokens/s against the batch"):
     assert title in text
+  # The batch-scaling roofline: the larger of the bytes at the bandwidth and XLA's FLOPs at the matmul peak.
+  peak = meta["matmul_peak"]["flops_per_s"]
+  for s in results["scaling"]:
+    main = records[s["model"], 2, 24] if s["batch"] == 2 else None
+    assert s["flops_per_step"] > 0 and s["bytes_per_step"] > 0
+    if main is not None:  # the same model, batch and context as a main-grid record: the same sizes
+      assert (s["bytes_per_step"], s["flops_per_step"]) == (main["bytes_per_step"], main["flops_per_step"])
+    bound = 1e3 * max(s["bytes_per_step"] / meta["bandwidth_bytes_per_s"], s["flops_per_step"] / peak)
+    assert s["bound_ms"] == pytest.approx(bound) and s["bound_fraction"] == pytest.approx(bound / s["ms_per_token"])
+  flops = {(s["model"], s["batch"]): s["flops_per_step"] for s in results["scaling"]}
+  assert all(flops[v, 2] > flops[v, 1] for v in decoding.VARIANTS)  # twice the tokens: more arithmetic
+  assert "The batch-scaling roofline" in text and text.count("(1.0x)") >= 3
 
 
 def test_synthetic_cache_sets_every_position_counter_as_a_prefill_does():

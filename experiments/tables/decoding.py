@@ -181,7 +181,32 @@ def roofline_sections(results: Mapping) -> list[str]:
       f"Tokens/s against the batch size at context {context:,} (ratio to batch {batches[0]}):\n\n"
       + markdown.table(["model", *(f"B={b}" for b in batches)], rows)
     )
+    if all("bound_ms" in s for s in results["scaling"]):  # records since the batch-scaling roofline
+      parts.append(scaling_bound_table(results["scaling"], batches))
   return parts
+
+
+def scaling_bound_table(scaling: list[dict], batches: list[int]) -> str:
+  """Per model and batch: the step's bound (the larger of its bytes at the bandwidth and XLA's FLOPs at the matmul
+  peak), the fraction of it reached, and the tokens/s ratio to the first batch that the bound allows."""
+  cell = {(s["model"], s["batch"]): s for s in scaling}
+  rows = []
+  for model in dict.fromkeys(s["model"] for s in scaling):
+    base = cell.get((model, batches[0]))
+    row = [model]
+    for b in batches:
+      s = cell.get((model, b))
+      if s is None or base is None:
+        row.append("-")
+        continue
+      allowed = (b / s["bound_ms"]) / (batches[0] / base["bound_ms"])
+      row.append(f"{s['bound_ms']:.2f} ms, {100 * s['bound_fraction']:.0f}% ({allowed:.1f}x)")
+    rows.append(row)
+  return (
+    "The batch-scaling roofline: bound per step (max of bytes / bandwidth and XLA FLOPs / matmul peak), the "
+    f"fraction of it reached and, in brackets, the tokens/s ratio to batch {batches[0]} the bound allows:\n\n"
+    + markdown.table(["model", *(f"B={b}" for b in batches)], rows)
+  )
 
 
 def docs_table(name: str, base: Path) -> str:
