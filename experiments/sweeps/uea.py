@@ -12,6 +12,10 @@ Tables (`--only=table1_all,table1,table6,table8,basicmotions` picks some):
   table8: Primal.+Trans. on JapaneseVowels with data-dependent vs data-independent W_e, W_r
     (the paper's Table 8 ablates Primal.+Trans., not PrimalFormer).
   basicmotions: the three models on BasicMotions (not in the paper; the release's option defaults).
+  figure1: the models of Figure 1's spectra on JapaneseVowels, honest protocol, `figure_seeds` seeds (3), each
+    keeping its checkpoints (every evaluation; the other tables' runs keep none): Trans. (softmax),
+    PrimalFormer at eta 0 and at the release's eta 0.5. `python -m experiments.spectrum` reads them (the
+    command: docs/results.md, "Attention spectra").
   eta: the KSVD weight on JapaneseVowels, honest protocol, `seeds` seeds, each row paired with eta = 0 of its
     model: PrimalFormer at eta 0, 3e-4 and 0.5 (the release's); Primal.+Trans. at 0, 0.2 (the release's) and 2.
     The third value puts eta x KSVD / task loss at about 0.1 at step 1, where the ratio is linear in eta (the
@@ -56,7 +60,7 @@ paper's numbers (JapaneseVowels), shown beside ours in results.md; plot `uea_jap
 
 Arguments (`--sweep=experiments/sweeps/uea.py:epochs=100,seeds=5,protocols=honest`):
   epochs: training epochs of every run (20).
-  seeds: seeds per row of table1_all and eta (5).  ablation_seeds: seeds of table1, table6, table8, basicmotions (3).
+  seeds: seeds per row of table1_all and eta (5).  figure_seeds: seeds per arm of figure1 (3).  ablation_seeds: seeds of table1, table6, table8, basicmotions (3).
   protocols: "+"-separated, in run order (honest+release).
   datasets: "+"-separated subset of table1_all's datasets, in run order (JapaneseVowels+BasicMotions).
   data_dir: where prepared TFDS data lives ("": the default cache).
@@ -114,7 +118,11 @@ TITLES = {
   "table8": "Table 8, JapaneseVowels, Primal.+Trans.: data-dependent projection weights",
   "basicmotions": "BasicMotions (not in the paper)",
   "eta": "JapaneseVowels, honest protocol: the KSVD weight eta, each row against eta = 0 of its model",
+  "figure1": "JapaneseVowels, honest protocol: the models of Figure 1's spectra (checkpoints kept)",
 }
+# Figure 1's arms: (label, model=, KSVD eta override or None for the config's own).
+FIGURE1_ARMS = (("softmax", "softmax", None), ("PrimalFormer eta=0", "primalformer", 0.0))
+FIGURE1_ARMS += (("PrimalFormer eta=0.5", "primalformer", None),)
 # The eta table: (label, model=, the release's eta, the eta whose step-1 ratio eta x KSVD / task is about 0.1).
 ETA_MODELS = (("PrimalFormer", "primalformer", 0.5, 3e-4), ("Primal.+Trans.", "primal_plus", 0.2, 2.0))
 # A paired difference whose 95% interval contains zero and lies within +-1 accuracy point reads "level": the
@@ -190,6 +198,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
       "epochs": 20,
       "seeds": 5,
       "ablation_seeds": 3,
+      "figure_seeds": 3,
       "protocols": "honest+release",
       "datasets": "+".join(TABLE1_DATASETS),
       "data_dir": "",
@@ -212,6 +221,10 @@ def get_sweep(arg: str | None = None) -> Sweep:
       for seed in range(args["seeds"]):
         for config_arg, overrides, cell in _eta_cells():
           runs.append(Run(f"{CONFIG}:{config_arg}{smoke}", cell, seed, protocol, {**common, **overrides}))
+  for seed in range(args["figure_seeds"]):  # honest only, checkpoints kept (so the configs are new runs)
+    for label, model, eta in FIGURE1_ARMS:
+      overrides = {**common, "checkpoint_on_eval": True} | ({} if eta is None else {"ksvd.eta": eta})
+      runs.append(Run(f"{CONFIG}:model={model}{smoke}", Cell("figure1", (("arm", label),)), seed, "honest", overrides))
   for seed in range(args["ablation_seeds"]):
     for config_arg, overrides, cell in _cells(uea_config):
       for protocol in protocols:
