@@ -60,7 +60,8 @@ paper's numbers (JapaneseVowels), shown beside ours in results.md; plot `uea_jap
 
 Arguments (`--sweep=experiments/sweeps/uea.py:epochs=100,seeds=5,protocols=honest`):
   epochs: training epochs of every run (20).
-  seeds: seeds per row of table1_all and eta (5).  figure_seeds: seeds per arm of figure1 (3).  ablation_seeds: seeds of table1, table6, table8, basicmotions (3).
+  seeds: seeds per row of table1_all and eta (5).  figure_seeds: seeds per arm of figure1 (3).
+  ablation_seeds: seeds of table1, table6, table8, basicmotions (3).
   protocols: "+"-separated, in run order (honest+release).
   datasets: "+"-separated subset of table1_all's datasets, in run order (JapaneseVowels+BasicMotions).
   data_dir: where prepared TFDS data lives ("": the default cache).
