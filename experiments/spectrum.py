@@ -57,6 +57,7 @@ from primal_jax.analysis.spectrum import (
   collect_matrices,
 )
 from primal_jax.models.config import stack_name
+from primal_jax.provenance import provenance
 
 
 def run_label(config) -> str:
@@ -299,6 +300,7 @@ def analyze(
     arrays.update({f"{i}/{s.name}": s.singular_values for s in spectra})
     print_fn(f"{label}: {workdir} step {runs[-1]['step']}, {spectra[0].singular_values.shape[0]} {split} examples")
   result = {"split": split, "num_examples": num_examples, "runs": runs, "arms": arms_section(runs, references)}
+  result["provenance"] = provenance()  # commit, argv, date, devices and library versions of this analysis
   (out / "spectrum.json").write_text(json.dumps(result, indent=1))
   np.savez_compressed(out / "singular_values.npz", **arrays)
   plot_explained_variance(runs, out / "explained_variance.png")

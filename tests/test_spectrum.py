@@ -257,6 +257,8 @@ def test_one_model_per_arm_without_a_reference_pairs_nothing(tiny_run, tmp_path)
   other = _reseeded(tiny_run, 1, tmp_path / "seed1")
   result = analyze([tiny_run, other], tmp_path / "out", labels=["a", "b"], num_examples=4, print_fn=lambda _: None)
   assert result["arms"]["paired"] is None and [r["seed"] for r in result["runs"]] == [0, 1]
+  origin = result["provenance"]  # what produced the record
+  assert origin["commit"] and origin["argv"] and origin["devices"]["platform"] == "cpu" and origin["versions"]["jax"]
 
 
 def test_cli_requires_workdir_and_out(capsys):
