@@ -72,6 +72,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "lm_throughput": sweeps.lm_throughput,
   "paired": sweeps.paired_sweep,
   "decoding": decoding.docs_table,
+  "decoding_scaling": decoding.docs_scaling_table,
   "vs_release": vs_release.docs_table,
   "vs_release_summary": vs_release.docs_summary,
   "step_profile": step_profile.docs_table,

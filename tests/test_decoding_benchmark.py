@@ -171,3 +171,23 @@ def test_marginal_step_is_the_difference_of_the_best_repeats():
   stuck = {"one": [], "many": []}
   with pytest.raises(RuntimeError, match="stuck B=1: the 4-step loop was not slower than the 1-step loop after 8"):
     decoding.marginal_times({"stuck": _runner(stuck, [(1.0, 1.0)] * 8)}, {"stuck": stuck}, args, "B=1")
+
+
+def test_the_scaling_docs_table_renders_a_record_and_refuses_one_without_scaling(tmp_path, monkeypatch):
+  from experiments.tables import decoding as tables
+
+  meta = {"bandwidth_bytes_per_s": 50e9, "matmul_peak": {"flops_per_s": 100e9}, "git_commit": "abc", "date": "d"}
+  scaling = [
+    {"model": "m", "batch": 1, "seq_len": 64, "ms_per_token": 0.5, "bound_ms": 0.25, "bound_fraction": 0.5},
+    {"model": "m", "batch": 8, "seq_len": 64, "ms_per_token": 1.0, "bound_ms": 0.5, "bound_fraction": 0.5},
+  ]
+  for name, record in (("with", {"meta": meta, "records": [], "scaling": scaling}), ("without", {"meta": meta})):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "decoding.json").write_text(json.dumps(record))
+  monkeypatch.setattr(tables, "BENCHMARK_RESULTS", tmp_path)
+  text = tables.docs_scaling_table("with", tmp_path)
+  # Tokens/s: 2,000 at batch 1 and 8,000 at batch 8 (4.0x); the bound allows 8 / 0.5 over 1 / 0.25 = 4.0x.
+  assert "| m | 2,000 (1.0x) | 8,000 (4.0x) |" in text
+  assert "| m | 0.25 ms, 50% (1.0x) | 0.50 ms, 50% (4.0x) |" in text and "50.0 GB/s" in text
+  with pytest.raises(ValueError, match="no batch-scaling records"):
+    tables.docs_scaling_table("without", tmp_path)

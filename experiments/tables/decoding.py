@@ -161,28 +161,35 @@ def roofline_sections(results: Mapping) -> list[str]:
     header = ["model", "prompt", "new tokens", "batch", "seconds", "new tokens/s"]
     parts.append(f"End-to-end `generation.generate` (greedy; prefill included):\n\n{markdown.table(header, rows)}")
   if results.get("scaling"):
-    batches = sorted({s["batch"] for s in results["scaling"]})
-    cell = {(s["model"], s["batch"]): s for s in results["scaling"]}
-    rows = []
-    for model in dict.fromkeys(s["model"] for s in results["scaling"]):
-      base = cell.get((model, batches[0]))
-      row = [model]
-      for b in batches:
-        s = cell.get((model, b))
-        if s is None:
-          row.append("-")
-          continue
-        rate = b / (s["ms_per_token"] / 1e3)
-        ratio = f" ({rate / (batches[0] / (base['ms_per_token'] / 1e3)):.1f}x)" if base else ""
-        row.append(f"{rate:,.0f}{ratio}")
-      rows.append(row)
-    context = results["scaling"][0]["seq_len"]
-    parts.append(
-      f"Tokens/s against the batch size at context {context:,} (ratio to batch {batches[0]}):\n\n"
-      + markdown.table(["model", *(f"B={b}" for b in batches)], rows)
-    )
-    if all("bound_ms" in s for s in results["scaling"]):  # records since the batch-scaling roofline
-      parts.append(scaling_bound_table(results["scaling"], batches))
+    parts += scaling_sections(results["scaling"])
+  return parts
+
+
+def scaling_sections(scaling: list[dict]) -> list[str]:
+  """Tokens/s against the batch size and, for records since the batch-scaling roofline, its bound table."""
+  parts = []
+  batches = sorted({s["batch"] for s in scaling})
+  cell = {(s["model"], s["batch"]): s for s in scaling}
+  rows = []
+  for model in dict.fromkeys(s["model"] for s in scaling):
+    base = cell.get((model, batches[0]))
+    row = [model]
+    for b in batches:
+      s = cell.get((model, b))
+      if s is None:
+        row.append("-")
+        continue
+      rate = b / (s["ms_per_token"] / 1e3)
+      ratio = f" ({rate / (batches[0] / (base['ms_per_token'] / 1e3)):.1f}x)" if base else ""
+      row.append(f"{rate:,.0f}{ratio}")
+    rows.append(row)
+  context = scaling[0]["seq_len"]
+  parts.append(
+    f"Tokens/s against the batch size at context {context:,} (ratio to batch {batches[0]}):\n\n"
+    + markdown.table(["model", *(f"B={b}" for b in batches)], rows)
+  )
+  if all("bound_ms" in s for s in scaling):  # records since the batch-scaling roofline
+    parts.append(scaling_bound_table(scaling, batches))
   return parts
 
 
@@ -207,6 +214,22 @@ def scaling_bound_table(scaling: list[dict], batches: list[int]) -> str:
     f"fraction of it reached and, in brackets, the tokens/s ratio to batch {batches[0]} the bound allows:\n\n"
     + markdown.table(["model", *(f"B={b}" for b in batches)], rows)
   )
+
+
+def docs_scaling_table(name: str, base: Path) -> str:
+  """The docs table `decoding_scaling:<dir>`: only the batch-scaling sections of benchmarks/results/<dir>/decoding.json,
+  with the bandwidth and matmul peak they were bounded by."""
+  del base
+  results = load_results(BENCHMARK_RESULTS / name / "decoding.json")
+  if not results.get("scaling"):
+    raise ValueError(f"{name}/decoding.json has no batch-scaling records (--scaling_batches)")
+  meta = results["meta"]
+  rates = (
+    f"Bandwidth {meta['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (in-place triad), matmul peak "
+    f"{meta['matmul_peak']['flops_per_s'] / 1e9:.1f} GFLOP/s, both measured in the run; commit "
+    f"{(meta.get('git_commit') or '?')[:12]}, {meta['date']}."
+  )
+  return "\n\n".join([*scaling_sections(results["scaling"]), rates])
 
 
 def docs_table(name: str, base: Path) -> str:
