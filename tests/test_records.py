@@ -189,9 +189,14 @@ def recorded_commands() -> dict[str, str]:
     where = str(path.relative_to(ROOT))
     if path.name == COMMAND_MAP.name or ("/runs/" in where and path.name != RESULT_FILE):
       continue
+    if path.name == "config.json" and (path.parent / "summary.json").exists():
+      continue  # a run directory's executed config: its command is the summary's provenance argv
     record = json.loads(path.read_text())
     if "command" in record:
       found[where] = record["command"]
+    elif str(record.get("provenance", {}).get("argv", [""])[0]).endswith("experiments/main.py"):
+      # a training run's summary.json: its command is the training binary's argv
+      found[where] = shlex.join(["python", "-m", "experiments.main", *record["provenance"]["argv"][1:]])
     elif all(isinstance(v, dict) and "command" in v for v in record.values()):  # d4rl/datasets.json
       found.update({f"{where}:{key}": v["command"] for key, v in record.items()})
     else:
