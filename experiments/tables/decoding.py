@@ -165,10 +165,9 @@ def roofline_sections(results: Mapping) -> list[str]:
   return parts
 
 
-def scaling_sections(scaling: list[dict]) -> list[str]:
-  """Tokens/s against the batch size and, for records since the batch-scaling roofline, its bound table."""
-  parts = []
-  batches = sorted({s["batch"] for s in scaling})
+def _batch_grid(scaling: list[dict], batches: list[int], cell_text) -> list[list[str]]:
+  """A row per model, a column per batch: `cell_text(record, batch, first-batch record)`, "-" where a record is
+  missing."""
   cell = {(s["model"], s["batch"]): s for s in scaling}
   rows = []
   for model in dict.fromkeys(s["model"] for s in scaling):
@@ -176,18 +175,24 @@ def scaling_sections(scaling: list[dict]) -> list[str]:
     row = [model]
     for b in batches:
       s = cell.get((model, b))
-      if s is None:
-        row.append("-")
-        continue
-      rate = b / (s["ms_per_token"] / 1e3)
-      ratio = f" ({rate / (batches[0] / (base['ms_per_token'] / 1e3)):.1f}x)" if base else ""
-      row.append(f"{rate:,.0f}{ratio}")
+      row.append("-" if s is None or base is None else cell_text(s, b, base))
     rows.append(row)
-  context = scaling[0]["seq_len"]
-  parts.append(
-    f"Tokens/s against the batch size at context {context:,} (ratio to batch {batches[0]}):\n\n"
+  return rows
+
+
+def scaling_sections(scaling: list[dict]) -> list[str]:
+  """Tokens/s against the batch size and, for records since the batch-scaling roofline, its bound table."""
+  batches = sorted({s["batch"] for s in scaling})
+
+  def tokens_per_s(s, b, base):
+    rate = b / (s["ms_per_token"] / 1e3)
+    return f"{rate:,.0f} ({rate / (batches[0] / (base['ms_per_token'] / 1e3)):.1f}x)"
+
+  rows = _batch_grid(scaling, batches, tokens_per_s)
+  parts = [
+    f"Tokens/s against the batch size at context {scaling[0]['seq_len']:,} (ratio to batch {batches[0]}):\n\n"
     + markdown.table(["model", *(f"B={b}" for b in batches)], rows)
-  )
+  ]
   if all("bound_ms" in s for s in scaling):  # records since the batch-scaling roofline
     parts.append(scaling_bound_table(scaling, batches))
   return parts
@@ -196,23 +201,15 @@ def scaling_sections(scaling: list[dict]) -> list[str]:
 def scaling_bound_table(scaling: list[dict], batches: list[int]) -> str:
   """Per model and batch: the step's bound (the larger of its bytes at the bandwidth and XLA's FLOPs at the matmul
   peak), the fraction of it reached, and the tokens/s ratio to the first batch that the bound allows."""
-  cell = {(s["model"], s["batch"]): s for s in scaling}
-  rows = []
-  for model in dict.fromkeys(s["model"] for s in scaling):
-    base = cell.get((model, batches[0]))
-    row = [model]
-    for b in batches:
-      s = cell.get((model, b))
-      if s is None or base is None:
-        row.append("-")
-        continue
-      allowed = (b / s["bound_ms"]) / (batches[0] / base["bound_ms"])
-      row.append(f"{s['bound_ms']:.2f} ms, {100 * s['bound_fraction']:.0f}% ({allowed:.1f}x)")
-    rows.append(row)
+
+  def bound(s, b, base):
+    allowed = (b / s["bound_ms"]) / (batches[0] / base["bound_ms"])
+    return f"{s['bound_ms']:.2f} ms, {100 * s['bound_fraction']:.0f}% ({allowed:.1f}x)"
+
   return (
     "The batch-scaling roofline: bound per step (max of bytes / bandwidth and XLA FLOPs / matmul peak), the "
     f"fraction of it reached and, in brackets, the tokens/s ratio to batch {batches[0]} the bound allows:\n\n"
-    + markdown.table(["model", *(f"B={b}" for b in batches)], rows)
+    + markdown.table(["model", *(f"B={b}" for b in batches)], _batch_grid(scaling, batches, bound))
   )
 
 
