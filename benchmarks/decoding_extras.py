@@ -122,7 +122,8 @@ def measure_extras(results: dict, args) -> None:
 def scaling_bounds(records: list[dict], meta: dict) -> list[dict]:
   """Each batch-scaling record with its roofline: `bound_ms`, the larger of its bytes at the bandwidth and XLA's
   FLOPs at the matmul peak (a bigger batch reads the weights once for more tokens, until the arithmetic binds),
-  and `bound_fraction` = bound / measured."""
+  and `bound_fraction` = bound / measured. Where XLA reports no FLOP count (`flops_per_step` None, kept so in the
+  record) the bound is the bytes' alone: still a lower bound on the step's time, a looser one."""
   bandwidth, peak = meta["bandwidth_bytes_per_s"], meta["matmul_peak"]["flops_per_s"]
   for r in records:
     r["bound_ms"] = 1e3 * max(r["bytes_per_step"] / bandwidth, (r["flops_per_step"] or 0.0) / peak)

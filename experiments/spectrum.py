@@ -114,9 +114,6 @@ def compute_spectra(experiment, state, split: str, num_examples: int, chunk_size
   return [LayerSpectrum.concatenate(p) for p in parts.values()]
 
 
-_short = block_of  # "encoder/block_1/attention" -> "block_1", for legends and tables
-
-
 def _x_limit(curves: Sequence[np.ndarray], done) -> float:
   """Right edge of a panel: just past the last component index where any curve is still changing
   (saturated tails would otherwise squeeze the informative first components into the left edge)."""
@@ -216,7 +213,7 @@ def comparison_rows(runs: Sequence[dict]) -> list[dict[str, Any]]:
       rows.append(
         {
           "run": run["label"],
-          "layer": _short(layer["name"]),
+          "layer": block_of(layer["name"]),
           "kind": layer["kind"],
           "k90": stats["components_90"]["mean"],
           "k99": stats["components_99"]["mean"],

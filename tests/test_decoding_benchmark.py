@@ -176,7 +176,8 @@ def test_marginal_step_is_the_difference_of_the_best_repeats():
 def test_the_scaling_docs_table_renders_a_record_and_refuses_one_without_scaling(tmp_path, monkeypatch):
   from experiments.tables import decoding as tables
 
-  meta = {"bandwidth_bytes_per_s": 50e9, "matmul_peak": {"flops_per_s": 100e9}, "git_commit": "abc", "date": "d"}
+  meta = {"bandwidth_bytes_per_s": 50e9, "bandwidth_start_end": [41e9, 50e9], "matmul_peak": {"flops_per_s": 100e9}}
+  meta |= {"git_commit": "abc", "date": "d"}
   scaling = [
     {"model": "m", "batch": 1, "seq_len": 64, "ms_per_token": 0.5, "bound_ms": 0.25, "bound_fraction": 0.5},
     {"model": "m", "batch": 8, "seq_len": 64, "ms_per_token": 1.0, "bound_ms": 0.5, "bound_fraction": 0.5},
@@ -188,6 +189,7 @@ def test_the_scaling_docs_table_renders_a_record_and_refuses_one_without_scaling
   text = tables.docs_scaling_table("with", tmp_path)
   # Tokens/s: 2,000 at batch 1 and 8,000 at batch 8 (4.0x); the bound allows 8 / 0.5 over 1 / 0.25 = 4.0x.
   assert "| m | 2,000 (1.0x) | 8,000 (4.0x) |" in text
-  assert "| m | 0.25 ms, 50% (1.0x) | 0.50 ms, 50% (4.0x) |" in text and "50.0 GB/s" in text
+  assert "| m | 0.25 ms, 50% (1.0x) | 0.50 ms, 50% (4.0x) |" in text
+  assert "Bandwidth 50.0 GB/s (in-place triad, the better of 41.0, 50.0 GB/s before and after the grid)" in text
   with pytest.raises(ValueError, match="no batch-scaling records"):
     tables.docs_scaling_table("without", tmp_path)

@@ -301,3 +301,10 @@ def test_lm_eta_table_adds_only_the_calibrated_runs_and_pairs_with_eta_zero():
     start = record["ksvd_ratio"]["start"]
     assert start["eta"] == lm.RELEASE_ETA and start["step"] == 1
     assert 0.08 <= value * start["ratio"] / start["eta"] <= 0.12
+  # The docs table states those step-1 ratios from the same records.
+  from experiments.tables.sweeps import lm_eta
+
+  text = lm_eta(Path("docs"))
+  for model in lm.ETA_CALIBRATED:
+    start = json.loads(Path(f"experiments/results/lm/eta_calibration/{model}/summary.json").read_text())["ksvd_ratio"]
+    assert f"{model} {start['start']['ratio']:.2g} at eta 0.1 (" in text

@@ -122,8 +122,11 @@ TITLES = {
   "figure1": "JapaneseVowels, honest protocol: the models of Figure 1's spectra (checkpoints kept)",
 }
 # Figure 1's arms: (label, model=, KSVD eta override or None for the config's own).
-FIGURE1_ARMS = (("softmax", "softmax", None), ("PrimalFormer eta=0", "primalformer", 0.0))
-FIGURE1_ARMS += (("PrimalFormer eta=0.5", "primalformer", None),)
+FIGURE1_ARMS = (
+  ("softmax", "softmax", None),
+  ("PrimalFormer eta=0", "primalformer", 0.0),
+  ("PrimalFormer eta=0.5", "primalformer", None),
+)
 # The eta table: (label, model=, the release's eta, the eta whose step-1 ratio eta x KSVD / task is about 0.1).
 ETA_MODELS = (("PrimalFormer", "primalformer", 0.5, 3e-4), ("Primal.+Trans.", "primal_plus", 0.2, 2.0))
 # A paired difference whose 95% interval contains zero and lies within +-1 accuracy point reads "level": the

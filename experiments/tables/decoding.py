@@ -222,7 +222,8 @@ def docs_scaling_table(name: str, base: Path) -> str:
     raise ValueError(f"{name}/decoding.json has no batch-scaling records (--scaling_batches)")
   meta = results["meta"]
   rates = (
-    f"Bandwidth {meta['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (in-place triad), matmul peak "
+    f"Bandwidth {meta['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (in-place triad, the better of "
+    f"{', '.join(f'{b / 1e9:.1f}' for b in meta['bandwidth_start_end'])} GB/s before and after the grid), matmul peak "
     f"{meta['matmul_peak']['flops_per_s'] / 1e9:.1f} GFLOP/s, both measured in the run; commit "
     f"{(meta.get('git_commit') or '?')[:12]}, {meta['date']}."
   )

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.tables import common
-from experiments.tables.common import ROOT, minutes
+from experiments.tables.common import ROOT, link, minutes
 from primal_jax import markdown
 from primal_jax.atomic_files import DamagedFileError, read_json
 
@@ -156,7 +156,13 @@ def lm_eta(base: Path) -> str:
     return ("enwiki", (("model", model),)) if "release" in eta else None
 
   sweep = load_sweep(SWEEPS / "lm.py")
-  return eta_table(sweep_folder("lm"), sweep, source, "test bits/byte", digits=3)
+  table = eta_table(sweep_folder("lm"), sweep, source, "test bits/byte", digits=3)
+  calibration = []
+  for model in ("primal_plus", "primalformer"):  # the 2-step runs the calibrated etas were read from
+    path = common.RESULTS / "lm" / "eta_calibration" / model / "summary.json"
+    start = read_json(path, "an eta calibration run's summary")["ksvd_ratio"]["start"]
+    calibration.append(f"{model} {start['ratio']:.2g} at eta {start['eta']:g} ({link(path, base, 'summary.json')})")
+  return f"{table}\n\neta x KSVD / task at step 1 in the 2-step calibration runs: {'; '.join(calibration)}."
 
 
 def _ratio(folder: Path, keys: Sequence[str], at: str) -> str:
