@@ -64,11 +64,19 @@ def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None
 
 
 def device_summary() -> dict:
-  """The JAX platform and device kind and count (imports JAX)."""
+  """The JAX platform, device kind and count, and the default matmul precision (imports JAX). The precision is
+  what decides float32 against TF32 / bf16 passes on a GPU (`JAX_DEFAULT_MATMUL_PRECISION`); None: the
+  platform's default."""
   import jax
 
   device = jax.devices()[0]
-  return {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()}
+  precision = jax.config.jax_default_matmul_precision
+  return {
+    "platform": device.platform,
+    "kind": device.device_kind,
+    "count": jax.device_count(),
+    "matmul_precision": None if precision is None else str(precision),
+  }
 
 
 def provenance(argv: list[str] | None = None, *, devices: bool = True) -> dict:

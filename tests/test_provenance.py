@@ -48,3 +48,11 @@ def test_a_dirty_tree_is_recorded_as_dirty(monkeypatch, fresh_snapshot):
   origin = provenance.provenance([])
   assert origin["dirty"] is True and origin["devices"]["platform"] == jax.devices()[0].platform
   assert origin["date"].endswith("+00:00") and origin["versions"]["python"]
+
+
+def test_the_default_matmul_precision_is_recorded(fresh_snapshot):
+  """On a GPU the default precision decides float32 against TF32 passes: a record names the one it ran under."""
+  with jax.default_matmul_precision(None):
+    assert provenance.device_summary()["matmul_precision"] is None  # the platform's default
+  with jax.default_matmul_precision("highest"):
+    assert provenance.provenance([])["devices"]["matmul_precision"] == "highest"

@@ -80,7 +80,7 @@ def test_resolve_applies_protocol_seed_and_overrides():
 
 
 def test_uea_sweep_plan():
-  sweep = load_sweep(f"{UEA_SWEEP}:seeds=0")  # the recorded grid alone (table1_all: tests/test_paper_sweeps.py)
+  sweep = load_sweep(f"{UEA_SWEEP}:seeds=0,figure_seeds=0")  # the recorded grid alone (the rest: test_paper_sweeps)
   planned = plan(sweep.runs)
   # (3 Table 1 + 12 Table 6 + 2 Table 8 + 3 BasicMotions) rows x 3 seeds x 2 protocols; 2 rows are duplicates.
   assert len(sweep.runs) == 20 * 3 * 2 and len(planned) == 18 * 3 * 2
@@ -114,7 +114,7 @@ def test_uea_sweep_plan():
     (("softmax", "primal"), False),
   }
 
-  release = load_sweep(f"{UEA_SWEEP}:epochs=100,seeds=0,ablation_seeds=1")
+  release = load_sweep(f"{UEA_SWEEP}:epochs=100,seeds=0,figure_seeds=0,ablation_seeds=1")
   assert len(release.runs) == 40 and {resolve(r).num_epochs for r in release.runs} == {100}
   smoke = plan(load_sweep(f"{UEA_SWEEP}:smoke,seeds=1,ablation_seeds=1,data_dir=/data").runs)
   assert all(p.config.total_steps == 3 and p.config.model.dim == 32 for p in smoke.values())
@@ -130,7 +130,7 @@ def fake_result(planned_run, accuracy: float, wall: float) -> dict:
 
 
 def test_aggregation_matches_numpy(tmp_path):
-  sweep = load_sweep(f"{UEA_SWEEP}:smoke,seeds=0")  # the recorded grid's tables
+  sweep = load_sweep(f"{UEA_SWEEP}:smoke,seeds=0,figure_seeds=0")  # the recorded grid's tables
   planned = plan(sweep.runs)
   rng = np.random.default_rng(0)
   truth, walls = {}, []
