@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,7 +120,7 @@ def _run_tiny(tmp_path, sides):
   if "release" in sides:
     argv += [f"--torch_python={TORCH_PYTHON}", f"--release_dir={RELEASE_DIR}"]
   root = Path(vs_release.__file__).resolve().parents[1]
-  proc = subprocess.run(["python", *argv], cwd=root, capture_output=True, text=True, timeout=900, check=False)
+  proc = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-2000:]
   results = json.loads((tmp_path / "vs_release.json").read_text())
   assert (tmp_path / "vs_release.md").read_text().count("| system | 256 | primalformer |") == 1
