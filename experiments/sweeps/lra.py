@@ -42,7 +42,8 @@ Timed ListOps steps (batch 32, 5 steps after compilation, load average ~3.5): YO
 Reformer 3.2 s, Longformer 3.0 s, so their 600-step runs take about 2.5 h, 45, 40 and 40 min with evaluations.
 Estimate: about 8 h per ListOps seed (24 h for listops); with the default image baselines (YOSO-E's N^2 at
 784-1,024 tokens dominates) about 2 h per Image seed and 4.5 h per Pathfinder seed (6 h and 14 h). An
-accelerator (`--shard=I/N`, several processes sharing it) is the place for listops' N^2 rows.
+accelerator (`--shard=I/N`, several processes sharing it) is the place for listops' N^2 rows:
+  tools/device_sweep.sh 520 experiments/sweeps/lra.py listops image,pathfinder:7 listops:9:after
 
 Arguments (`--sweep=experiments/sweeps/lra.py:seeds=3,image_baselines=nystromformer+reformer`):
   seeds: seeds per row (3).
