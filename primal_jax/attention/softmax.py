@@ -34,7 +34,7 @@ class SoftmaxAttention(AttentionShell):
       every key masked differs) and has no hook for dropout on the weights, so it
       refuses `dropout_rate > 0` and `sow_weights`. Both decode.
     decode: incremental decoding with a key/value cache sized by the first
-      (initialising) call's length, laid out [B, H, max_len, p] for the decode
+      (initialising) call's length, laid out [B * H, p, max_len] for the decode
       contraction (`_decode_attend`).
     The rest: see `AttentionShell`.
   """
