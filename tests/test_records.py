@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -48,10 +49,10 @@ def test_the_mapping_names_gone_files_and_packaged_configs():
   assert current_command(recorded) == "python -m experiments.main --config=vit:short --workdir=W --config.seed=1"
 
 
-def _in_progress(run) -> bool:
-  """No summary yet (training), or the summary of a run stopped before its last step (a sweep's SIGTERM)."""
-  summary = run / "summary.json"
-  return not summary.exists() or json.loads(summary.read_text()).get("preempted") is True
+def _tracked_runs(folder) -> set[str]:
+  """The run directories under `folder` that git tracks (a clean checkout: all of them)."""
+  out = subprocess.run(["git", "ls-files", "--", str(folder)], cwd=ROOT, capture_output=True, text=True, check=True)
+  return {Path(line).relative_to(folder.relative_to(ROOT)).parts[0] for line in out.stdout.splitlines()}
 
 
 @pytest.mark.parametrize("family", ["uea", "d4rl/sweep", "lm/sweep", "vit/sweep"])
@@ -59,11 +60,12 @@ def test_every_run_record_is_found_under_its_key(family):
   """A run's directory is its key (what the sweep looks up; the UEA sweep's current plan finds its 108 keys:
   tests/test_sweep.py), for the later sweeps also the hash of the config its result.json records, and its
   result.json holds the command, config and summary the tables and the provenance need."""
-  runs = sorted((ROOT / "experiments" / "results" / family / "runs").iterdir())
-  assert runs
+  folder = ROOT / "experiments" / "results" / family / "runs"
+  runs, tracked = sorted(folder.iterdir()), _tracked_runs(folder)
+  assert runs and tracked
   for run in runs:
-    if not (run / RESULT_FILE).exists() and _in_progress(run):
-      continue  # a run in progress or stopped in this checkout (resumable): no record yet, git keeps none of it
+    if run.name not in tracked and not (run / RESULT_FILE).exists():
+      continue  # a run in progress or stopped in this working checkout: not committed, so not a record yet
     result = json.loads((run / RESULT_FILE).read_text())
     assert run.name == result["key"]
     if family != "uea":  # the UEA configs recorded there do not hash to their keys; its plan finds them (test_sweep)

@@ -4,7 +4,7 @@
 # record names its device and precision), stopped at a deadline; the finished runs' records come back packed.
 #
 #   tools/device_sweep.sh DEADLINE_S SWEEP[:ARG] PREPARE GROUP [GROUP ...]
-#     PREPARE  what tools/prepare_data.py generates there first, in the background ("-": nothing), e.g. listops
+#     PREPARE  what tools/prepare_data.py prepares there first, in the background ("-": nothing), e.g. listops,uea
 #     GROUP    TABLES:N[:after]: N shards of `--only=TABLES` (comma-separated); ":after" starts them once
 #              PREPARE has finished (runs that read its data), the others at once
 #   e.g. tools/device_sweep.sh 520 experiments/sweeps/lra.py listops image,pathfinder:7 listops:9:after
@@ -24,10 +24,11 @@ PY=${PY:-python3}
 W=${W:-/tmp/w}
 : "${OUT:?OUT must name the folder the records go to}" "${PRIMAL_JAX_COMMIT:?PRIMAL_JAX_COMMIT must name the commit of the copied tree}"
 WHEELS=${WHEELS-.whl}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # tools/prepare_data.py imports the checkout's package
 if [ -n "$WHEELS" ] && [ -d "$WHEELS" ]; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl \
     || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
 export PRIMAL_JAX_DATA=${PRIMAL_JAX_DATA:-/tmp/pjdata} PRIMAL_JAX_COMMIT
 export XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest PYTHONUNBUFFERED=1
