@@ -47,4 +47,5 @@ def get_sweep(arg: str | None = None) -> Sweep:
     Run(f"{CONFIG}:model=primal_plus,{size}", eta0, 0, "own_validation", {"checkpoint_on_eval": True, "ksvd.eta": 0.0})
   )
   notes = f"{size} runs; see experiments/sweeps/vit.py. Values: top-1 test accuracy (%), 10,000 test images."
-  return Sweep(tuple(runs), titles=TITLES, notes=notes)
+  baselines = {"fashion_mnist": ("model", "DeiT")}
+  return Sweep(tuple(runs), titles=TITLES, notes=notes, baselines=baselines)
