@@ -27,6 +27,7 @@ UEA_SWEEP = "experiments/sweeps/uea.py"
 LRA_SWEEP = "experiments/sweeps/lra.py"
 D4RL_SWEEP = "experiments/sweeps/d4rl.py"
 LM_SWEEP = "experiments/sweeps/lm.py"
+VIT_SWEEP = "experiments/sweeps/vit.py"
 UEA_SHAPES = {"JapaneseVowels": (12, 9), "BasicMotions": (6, 4)}  # channels, classes
 TABLE1 = ["softmax", "linear", "reformer", "longformer", "performer", "yoso_e", "cosformer", "soft", "flowformer"]
 TABLE1 += ["primalformer", "primal_plus"]
@@ -112,6 +113,19 @@ def test_figure1_trains_three_arms_that_keep_their_checkpoints():
     layers = ("primal", "primal") if arm.startswith("PrimalFormer") else ("softmax", "softmax")
     assert p.config.ksvd.eta == eta and tuple(p.config.model.layers) == layers
   assert sorted({p.config.seed for p in figure}) == [0, 1, 2]
+
+
+def test_vit_figure1_is_three_arms_of_three_models_sharing_the_tables_runs():
+  sweep = load_sweep(VIT_SWEEP)
+  planned = plan(sweep.runs)
+  figure = select(planned, ["figure1"])
+  arms = collections.Counter(dict(r.cell.labels)["arm"] for p in figure for r in p.runs if r.cell.table == "figure1")
+  assert arms == {"DeiT": 3, "Primal.+DeiT eta=0.05": 3, "Primal.+DeiT eta=0": 3}
+  assert len(planned) == 9  # figure1's DeiT and eta=0.05 arms are the fashion_mnist runs, seed 0 of eta=0 eta0's
+  for p in figure:
+    arm = next(dict(r.cell.labels)["arm"] for r in p.runs if r.cell.table == "figure1")
+    assert p.config.checkpoint_on_eval and p.config.ksvd.eta == {"DeiT": 0.0, "Primal.+DeiT eta=0": 0.0}.get(arm, 0.05)
+  assert sweep.baselines == {"fashion_mnist": ("model", "DeiT")}
 
 
 def test_datasets_argument_selects_table1_all_datasets_in_order():

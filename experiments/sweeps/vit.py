@@ -8,11 +8,18 @@ Tables (`--only=` picks some):
     (4 blocks, width 64, 3,000 steps).
   eta0: Primal.+DeiT with eta = 0 (no KSVD loss), seed 0: with seed 0 of the two above, the runs of
     Figure 1's comparison (`python -m experiments.spectrum`, docs/results.md).
+  figure1: Figure 1's three arms with `figure_seeds` models each (3): DeiT, Primal.+DeiT at eta 0.05 (the
+    release's) and at eta 0. Their configs are the two tables' above (checkpoints kept), so in the workdir of
+    those they are the same runs; trained in a workdir of their own they keep the checkpoints the spectra read,
+    which the committed records do not:
+      python -m experiments.sweep --sweep=experiments/sweeps/vit.py --workdir=experiments/results/vit_figure1 \
+        --only=figure1
 Protocol "own_validation": the config's 10% held-out tail of train selects (every 1,000 steps), the test
 split is evaluated once on the selected state. The paper's column is ImageNet-100 top-1 (DeiT-S/16), shown
 for direction only.
 
-Arguments (`--sweep=experiments/sweeps/vit.py:seeds=3`): seeds (3); smoke: seconds-long runs (tests).
+Arguments (`--sweep=experiments/sweeps/vit.py:seeds=3`): seeds (3); figure_seeds: models per arm of figure1 (3);
+smoke: seconds-long runs (tests).
 """
 
 from __future__ import annotations
@@ -25,11 +32,17 @@ MODELS = (("DeiT", "deit", 74.2), ("Primal.+DeiT", "primal_plus", 75.7))  # pape
 TITLES = {
   "fashion_mnist": "Fashion-MNIST (embedded data): DeiT vs Primal.+DeiT",
   "eta0": "Fashion-MNIST (embedded data): Primal.+DeiT without the KSVD loss",
+  "figure1": "Fashion-MNIST: the models of Figure 1's spectra (checkpoints kept)",
 }
+FIGURE1_ARMS = (
+  ("DeiT", "deit", None),
+  ("Primal.+DeiT eta=0.05", "primal_plus", None),
+  ("Primal.+DeiT eta=0", "primal_plus", 0.0),
+)
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
-  args = parse_config_arg(arg, {"seeds": 3, "smoke": False})
+  args = parse_config_arg(arg, {"seeds": 3, "figure_seeds": 3, "smoke": False})
   size = "short,smoke" if args["smoke"] else "short"
   runs = [
     Run(
@@ -46,6 +59,12 @@ def get_sweep(arg: str | None = None) -> Sweep:
   runs.append(
     Run(f"{CONFIG}:model=primal_plus,{size}", eta0, 0, "own_validation", {"checkpoint_on_eval": True, "ksvd.eta": 0.0})
   )
+  for seed in range(args["figure_seeds"]):
+    for label, model, eta in FIGURE1_ARMS:
+      overrides = {"checkpoint_on_eval": True} | ({} if eta is None else {"ksvd.eta": eta})
+      runs.append(
+        Run(f"{CONFIG}:model={model},{size}", Cell("figure1", (("arm", label),)), seed, "own_validation", overrides)
+      )
   notes = f"{size} runs; see experiments/sweeps/vit.py. Values: top-1 test accuracy (%), 10,000 test images."
   baselines = {"fashion_mnist": ("model", "DeiT")}
   return Sweep(tuple(runs), titles=TITLES, notes=notes, baselines=baselines)
