@@ -68,6 +68,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "benchmark": efficiency.docs_table,
   "d4rl": sweeps.d4rl_sweep,
   "vit": sweeps.vit_sweep,
+  "lra": sweeps.lra_sweep,  # lra:listops, lra:image, lra:pathfinder (the names in TABLES are matched first)
   "lm": sweeps.lm_sweep,
   "lm_throughput": sweeps.lm_throughput,
   "paired": sweeps.paired_sweep,

@@ -74,3 +74,27 @@ def test_a_sweep_table_leaves_out_a_run_without_its_metric(tmp_path, monkeypatch
   assert "| DeiT | - | 80.0 | 50.0 (n = 1) | 2.0 min | CPU |" in table
   assert table.endswith("| Primal.+DeiT | - | - | - | - | - |")
   assert "run b (short model=DeiT, seed 1, own_validation) has no `test_at_best_validation`" in caplog.text
+
+
+def test_lra_table_follows_the_papers_column_order_and_marks_missing_seeds(tmp_path, monkeypatch):
+  import dataclasses
+
+  from experiments.docs_tables import render_table
+  from experiments.tables import common
+
+  runs = tmp_path / "lra" / "sweep" / "runs"
+  cell = lambda model, paper: Cell("listops", (("dataset", "ListOps"), ("model", model)), paper)  # noqa: E731
+  records = [("a", "PrimalFormer", 37.3, 0, 0.36), ("b", "PrimalFormer", 37.3, 1, 0.38), ("c", "Trans.", 37.1, 0, 0.2)]
+  records.append(("d", "Primal.+Trans.", 37.3, 0, 0.3))
+  for key, model, paper, seed, accuracy in records:
+    entry = {"cell": dataclasses.asdict(cell(model, paper)), "seed": seed, "protocol": "own_validation"}
+    summary = {"test_at_best_validation": {"step": 600, "accuracy": accuracy}}
+    (runs / key).mkdir(parents=True)
+    (runs / key / "result.json").write_text(json.dumps({"wall_seconds": 600.0, "runs": [entry], "summary": summary}))
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+  lines = render_table("lra:listops", tmp_path).splitlines()
+  assert lines[2] == "| ListOps | Trans. | 37.1 | 20.0 (n = 1) | 10.0 min | CPU |"
+  assert lines[3] == "| ListOps | PrimalFormer | 37.3 | 37.0 ± 1.4 (n = 2) | 10.0 min | CPU |"
+  assert lines[4].startswith("| ListOps | Primal.+Trans. | 37.3 | 30.0 (n = 1) |")
+  with pytest.raises(ValueError, match="no finished runs of table 'image'"):
+    render_table("lra:image", tmp_path)

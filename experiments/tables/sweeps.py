@@ -1,6 +1,7 @@
 """The docs tables that restate a sweep's run records (experiments/results/<family>/sweep/runs/*/result.json).
 
-`experiments.docs_tables` renders them under the names `d4rl:<table>`, `vit:<table>` and `lm:<table>`, and
+`experiments.docs_tables` renders them under the names `d4rl:<table>`, `vit:<table>`, `lm:<table>` and
+`lra:<table>` (a Table 2 task of experiments/sweeps/lra.py), and
 `paired:<family>:<table>` (a table's paired differences against its baseline row, `Sweep.baselines`); each
 reads the finished runs' own records (`experiments.engine.aggregate.stored_rows`), so a table survives changes of
 the sweep file or the configs, and a run still in progress is simply not counted yet.
@@ -98,6 +99,18 @@ def vit_sweep(table: str, base: Path) -> str:
     body.append([labels["model"], _setting(labels, ("dataset", "model")), _paper(row), mean_std(row)])
     body[-1] += [_per_run(row), ran_on("vit", row)]
   header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run", "ran on"]
+  return markdown.table(header, body, numeric_from=2)
+
+
+def lra_sweep(table: str, base: Path) -> str:
+  """One Table 2 task of experiments/sweeps/lra.py: test accuracy (%) at the best validation evaluation of the
+  `short` runs, beside the paper's converged number (its Image column is CIFAR-10), in the paper's column order."""
+  order = ("Trans.", "Reformer", "Performer", "Linformer", "Nystromformer", "Longformer", "YOSO-E", "PrimalFormer")
+  body = []
+  for row in _rows("lra", table, (*order, "Primal.+Trans.")):
+    labels = dict(row.cell.labels)
+    body.append([labels["dataset"], labels["model"], _paper(row), mean_std(row), _per_run(row), ran_on("lra", row)])
+  header = ["task", "model", "paper (Table 2)", "ours (`short`, test at best validation)", "time/run", "ran on"]
   return markdown.table(header, body, numeric_from=2)
 
 
