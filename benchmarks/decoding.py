@@ -238,7 +238,9 @@ def measure(args) -> dict:
   end_bandwidth = harness.triad_bandwidth(args.triad_elements, in_place=True)
   bandwidth = max(rates["bandwidth_bytes_per_s"], end_bandwidth)  # the better of the two: a bound, not a typical rate
   one_thread = harness.one_thread_bandwidth(args.triad_elements)
+  read = harness.read_bandwidth(args.triad_elements)  # the step only reads: the best read-only stream, a 2nd bound
   for record in records:
+    record["read_bound_ms"] = 1e3 * record["bytes_per_step"] / read["best"]
     bound = record["bytes_per_step"] / bandwidth
     record["bound_ms"] = 1e3 * bound
     record["bound_fraction"] = record["bound_ms"] / record["ms_per_token"]
@@ -258,6 +260,7 @@ def measure(args) -> dict:
     "bandwidth_bytes_per_s": bandwidth,
     "bandwidth_start_end": [rates["bandwidth_bytes_per_s"], end_bandwidth],
     "one_thread_bandwidth_bytes_per_s": one_thread,  # NumPy's a <- b + c: one thread's memory bandwidth
+    "read_bandwidth_bytes_per_s": read,  # each read-only stream's rate and the best (`harness.read_bandwidth`)
     "matmul_peak": rates["matmul_peak"],
   }
   results = {"meta": meta, "records": records}

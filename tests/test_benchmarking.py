@@ -290,3 +290,9 @@ def test_memory_budget_refuses_before_running(efficiency):
   with pytest.raises(efficiency.NotRun, match="the step needs .* GiB \\(XLA\\) > the 1e-06 GiB budget") as err:
     efficiency.prepare_step(variant, 64, args, jax.devices()[0], warmup_steps=1)
   assert err.value.kind == "memory"
+
+
+def test_read_bandwidth_times_four_read_only_streams_on_the_host():
+  rates = bm.read_bandwidth(1 << 16, repeats=3)
+  assert set(rates) == {"xla_sum", "xla_gemv", "numpy_sum", "blas_gemv", "best"}  # JAX on the CPU: NumPy's too
+  assert all(v > 0 for v in rates.values()) and rates["best"] == max(v for k, v in rates.items() if k != "best")

@@ -56,6 +56,9 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
         assert r["bound_fraction"] == pytest.approx(r["bound_ms"] / r["ms_per_token"])
         one = results["meta"]["one_thread_bandwidth_bytes_per_s"]
         assert r["one_thread_bound_ms"] == pytest.approx(1e3 * r["bytes_per_step"] / one)
+        read = results["meta"]["read_bandwidth_bytes_per_s"]  # the read-only streams' rates and their best
+        assert read["best"] == max(v for k, v in read.items() if k != "best")
+        assert r["read_bound_ms"] == pytest.approx(1e3 * r["bytes_per_step"] / read["best"])
     # The weights: every parameter but the embedding tables, of which one row per sequence (token and position).
     args = argparse.Namespace(layers=2, dim=16, heads=2, low_rank=3)
     for variant in decoding.VARIANTS:

@@ -180,6 +180,38 @@ def triad_bandwidth(elements: int, repeats: int = 20, *, in_place: bool = False)
   return 3 * 4 * elements / min(seconds)  # the best repeat: what the memory system can deliver
 
 
+def read_bandwidth(elements: int, repeats: int = 20) -> dict[str, float]:
+  """Best bytes per second of read-only streams over `elements` float32 (one array read, nothing written back).
+
+  A decode step only reads its cache, so a triad (two reads and a write per element) is not its pattern: this is
+  what reading alone reaches here, by four programs (the best is the bound): XLA's full `sum`, XLA's [1, 64] x
+  [64, elements / 64] product (the decode contraction's shape) and, where JAX runs on the host CPU, NumPy's `sum`
+  (one thread) and its BLAS matrix-vector product [elements / 64, 64] x [64] (BLAS's threads). Returns each rate
+  and `best`.
+  """
+  x = jnp.ones((elements,), jnp.float32)
+  keys = jnp.ones((64, elements // 64), jnp.float32)
+  query = jnp.ones((1, 64), jnp.float32)
+  rates = {
+    "xla_sum": 4 * elements / min(call_seconds(jax.jit(jnp.sum), x, repeats=repeats)),
+    "xla_gemv": 4 * keys.size / min(call_seconds(jax.jit(jnp.matmul), query, keys, repeats=repeats)),
+  }
+  del x, keys
+  if jax.devices()[0].platform != "cpu":  # NumPy reads host memory, not the device's
+    return {**rates, "best": max(rates.values())}
+  host, rows = np.ones((elements,), np.float32), np.ones((elements // 64, 64), np.float32)
+  vector = np.ones((64,), np.float32)
+  for name, fn, size in (("numpy_sum", host.sum, host.size), ("blas_gemv", lambda: rows @ vector, rows.size)):
+    fn()  # touch every page first
+    seconds = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      fn()
+      seconds.append(time.perf_counter() - start)
+    rates[name] = 4 * size / min(seconds)
+  return {**rates, "best": max(rates.values())}
+
+
 def one_thread_bandwidth(elements: int, repeats: int = 20) -> float:
   """Best bytes per second of NumPy's `a <- b + c` over float32 arrays of `elements` (3 arrays moved): the memory
   bandwidth one thread reaches (a NumPy ufunc runs on the calling thread), the bound of a step XLA runs on one."""

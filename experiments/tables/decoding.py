@@ -54,9 +54,9 @@ def _per_batch(records):
   return {b: [r for r in records if r["batch"] == b] for b in batches}
 
 
-def roofline_table(records) -> str:
-  """A row per model, a column per context: % of the bandwidth bound (bound ms / measured ms), and the slope of the
-  measured time."""
+def roofline_table(records, bound: str = "bound_ms") -> str:
+  """A row per model, a column per context: % of the bandwidth bound (`bound` ms / measured ms: `bound_ms` at the
+  triad's bandwidth, `read_bound_ms` at the best read-only stream's), and the slope of the measured time."""
   lengths = sorted({r["seq_len"] for r in records})
   models = list(dict.fromkeys(r["model"] for r in records))
   cell = {(r["model"], r["seq_len"]): r for r in records}
@@ -67,7 +67,7 @@ def roofline_table(records) -> str:
     for n in lengths:
       r = cell.get((model, n))
       row.append(
-        "-" if r is None else f"{100 * r['bound_fraction']:.0f}% ({r['bound_ms']:.2f} / {r['ms_per_token']:.2f})"
+        "-" if r is None else f"{100 * r[bound] / r['ms_per_token']:.0f}% ({r[bound]:.2f} / {r['ms_per_token']:.2f})"
       )
     slope = slopes.get(model)
     row.append("-" if slope is None else f"{slope:.2f}")
@@ -125,6 +125,14 @@ def roofline_sections(results: Mapping) -> list[str]:
       f"Fraction of the bandwidth bound reached (bound ms / measured ms per token), batch {batch}:\n\n"
       f"{roofline_table(records)}"
     )
+    if "read_bandwidth_bytes_per_s" in meta:  # records since the read-only bound
+      read = meta["read_bandwidth_bytes_per_s"]
+      rates = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in read.items() if k != "best")
+      table = roofline_table(records, "read_bound_ms")
+      parts.append(
+        f"Fraction of the read-only bound ({read['best'] / 1e9:.1f} GB/s, the best of {rates} GB/s: a decode step "
+        f"only reads its cache, where a triad also writes), batch {batch}:\n\n{table}"
+      )
     if all("cpu_per_wall" in r for r in records):
       parts.append(
         f"Threads the step keeps busy (CPU s / wall s) and fraction of the bound at one thread's bandwidth "
