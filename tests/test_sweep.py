@@ -468,3 +468,29 @@ def test_sweep_binary_answers_a_mistake_in_one_line(tmp_path):
     assert code == 2 and "Traceback" not in stderr, (name, stderr[-2000:])
     (line,) = stderr.strip().splitlines()
     assert line.startswith("experiments.sweep: error: ") and expected[name] in line, (name, line)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["inline", "subprocess"])
+def test_sweep_binary_trains_with_the_allocator_it_names(data_dir, tmp_path, mode):
+  """`--allocator` (default auto: tcmalloc where installed) is what the training process runs with: inline, the
+  sweep re-executes itself with it preloaded; subprocess, each run's child gets it. Each run's summary says which.
+  The inline sweep used to train under glibc malloc wherever it was started, tcmalloc installed or not."""
+  import subprocess
+  import sys
+
+  from primal_jax.launch import host_allocator
+
+  if host_allocator.find_library("tcmalloc") is None:
+    pytest.skip("tcmalloc is not installed (Debian/Ubuntu: apt-get install libtcmalloc-minimal4)")
+  run = SWEEP_FILE.format(extra=f'overrides={{"total_steps": 2, "data.data_dir": "{data_dir}"}}')
+  (tmp_path / "one.py").write_text(run)
+  env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", host_allocator.REEXEC_MARKER)}
+  for allocator, expected in (("system", "system"), ("auto", "tcmalloc")):
+    workdir = tmp_path / allocator
+    command = [sys.executable, "-m", "experiments.sweep", f"--sweep={tmp_path / 'one.py'}", f"--workdir={workdir}"]
+    command += [f"--mode={mode}", f"--allocator={allocator}"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (summary,) = [json.loads(p.read_text()) for p in (workdir / "runs").glob("*/summary.json")]
+    assert summary["host_allocator"] == expected, (allocator, mode)

@@ -58,16 +58,21 @@ def _follow(path: Path, offset: int, proc: subprocess.Popen, log) -> None:
       log(f"  | {pending}")
 
 
-def _run_subprocess(planned: PlannedRun, run_dir: Path, cache_dir: Path | None, log, echo: bool) -> dict:
-  """Train in `python -m primal_jax.cli.train` (what experiments.main runs).
+def _run_subprocess(
+  planned: PlannedRun, run_dir: Path, cache_dir: Path | None, log, echo: bool, allocator: str = "auto"
+) -> dict:
+  """Train in `python -m primal_jax.cli.train` (what experiments.main runs), with host allocator `allocator`.
 
   The child writes straight to `train.log` (not through a pipe), so it can still save and exit cleanly
   when the sweep process dies; `echo` follows that file.
   """
   start = ["-c", _CHILD_CODE] if sys.platform.startswith("linux") else ["-m", CHILD_MODULE]
   command = [sys.executable, *start, *planned.flags(run_dir)]
-  # tcmalloc preloaded here where installed (--allocator=auto's choice), so no child re-executes itself
-  env = host_allocator.auto_environment({**os.environ, "PYTHONUNBUFFERED": "1"})
+  env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+  if allocator == "auto":  # tcmalloc preloaded here where installed (auto's choice), so no child re-executes itself
+    env = host_allocator.auto_environment(env)
+  else:  # the child's own --allocator (it re-executes itself with that one preloaded, or refuses)
+    command.append(f"--allocator={allocator}")
   if cache_dir is not None:
     env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
   log_path = run_dir / "train.log"
@@ -112,6 +117,7 @@ def run_sweep(
   compilation_cache: bool = True,
   echo: bool = False,
   print_fn: Callable[[str], None] = print,
+  allocator: str = "auto",
 ) -> dict:
   """Runs every unfinished run of `sweep` (of the tables in `only`), then aggregates.
 
@@ -124,6 +130,9 @@ def run_sweep(
     compilation_cache: subprocess mode points the children's JAX persistent compilation cache at
       `<workdir>/jax_cache` (inline mode: the caller sets `jax_compilation_cache_dir`, a process setting).
     echo: pass every line of every run's output to `print_fn` (always in `runs/<hash>/train.log`).
+    allocator: subprocess mode's host allocator for each run (`--allocator` of primal_jax.cli.train; "auto":
+      tcmalloc where installed). Inline mode trains under whatever this process runs with (experiments.sweep
+      re-executes itself with its `--allocator`).
 
   Returns:
     {"ran": [keys], "skipped": [keys], "busy": {key: holder}, "failed": {key: error}, "preempted": bool,
@@ -152,7 +161,16 @@ def run_sweep(
           _busy(report, planned.key, f"another sweep is working on it ({holder})", print_fn)
           continue
         _run_claimed(
-          planned, f"run {i + 1}/{len(todo)}", workdir, run_dir, mode, compilation_cache, echo, report, print_fn
+          planned,
+          f"run {i + 1}/{len(todo)}",
+          workdir,
+          run_dir,
+          mode,
+          compilation_cache,
+          echo,
+          report,
+          print_fn,
+          allocator=allocator,
         )
       if report["preempted"]:
         break
@@ -175,6 +193,7 @@ def _run_claimed(
   echo: bool,
   report: dict,
   print_fn: Callable[[str], None],
+  allocator: str = "auto",
 ) -> None:
   """Trains one run that this process has claimed (`run_sweep`), recording the outcome in `report`."""
   if (run_dir / RESULT_FILE).exists():  # another sweep finished it after this one looked
@@ -192,7 +211,7 @@ def _run_claimed(
       summary = _run_inline(planned, run_dir, print_fn, echo)
     else:
       cache = workdir / "jax_cache" if compilation_cache else None
-      summary = _run_subprocess(planned, run_dir, cache, print_fn, echo)
+      summary = _run_subprocess(planned, run_dir, cache, print_fn, echo, allocator)
   except Exception as err:  # one broken run must not cost the rest of the grid
     report["failed"][planned.key] = f"{type(err).__name__}: {err}"
     print_fn(f"  {planned.key} FAILED: {type(err).__name__}: {err}")
