@@ -203,10 +203,24 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected = {("listops", m): 3 for m in TABLE2}
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("softmax", "primalformer", "primal_plus")}
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("linformer", "yoso_e")}
-  assert counts == expected and len(plan(sweep.runs)) == 57
+  expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 6}
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 3  # figure1: the listops runs and 3 at eta 0
   assert {r.protocol for r in sweep.runs} == {"own_validation"} and all(",short" in r.config for r in sweep.runs)
   assert set(sweep.baselines) == {"listops", "image", "pathfinder"}
-  papers = {(r.cell.table, dict(r.cell.labels)["model"]): r.cell.paper for r in sweep.runs}
+  figure = select(plan(sweep.runs), ["figure1"])
+  arms = {
+    (dict(r.cell.labels)["arm"], p.config.ksvd.eta, p.config.seed)
+    for p in figure
+    for r in p.runs
+    if r.cell.table == "figure1"
+  }
+  assert arms == {
+    (a, eta, s)
+    for a, eta in (("Trans.", 0.0), ("PrimalFormer eta=0.1", 0.1), ("PrimalFormer eta=0", 0.0))
+    for s in range(3)
+  }
+  assert all(p.config.get("checkpoint_on_eval", True) and p.config.data.task == "listops" for p in figure)
+  papers = {(r.cell.table, dict(r.cell.labels)["model"]): r.cell.paper for r in sweep.runs if r.cell.table != "figure1"}
   assert papers["listops", "Reformer"] == 19.1 and papers["image", "Primal.+Trans."] == 43.9
   assert papers["pathfinder", "Primal.+Trans."] == 74.3 and papers["listops", "YOSO-E"] == 37.3
   other = load_sweep(f"{LRA_SWEEP}:image_baselines=reformer+nystromformer,seeds=1")
@@ -223,7 +237,7 @@ def test_table2_plans_every_mechanism_task_and_seed():
 
 
 def test_table2_every_planned_model_builds_at_its_tasks_length():
-  planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1").runs)
+  planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1,figure_seeds=0").runs)
   assert len(planned) == 19
   for p in planned.values():
     task = p.runs[0].cell.table

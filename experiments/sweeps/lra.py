@@ -12,6 +12,10 @@ Tables (`--only=listops,image,pathfinder` picks some):
     is the paper's two best ListOps baselines (Linformer and YOSO-E, 37.3 each). Our Image is Fashion-MNIST
     (offline, 784 pixels); the paper's is CIFAR-10, so its column shows direction only.
   pathfinder: Pathfinder, the same five models as image, at the `short` level (below LRA's, see below).
+  figure1: Figure 1's arms on ListOps, `figure_seeds` models each (3): Trans. and PrimalFormer (eta 0.1, the
+    release's) are the listops table's runs (LRA runs keep a checkpoint at every evaluation); PrimalFormer at
+    eta 0 adds 3 runs. The spectra are computed where the checkpoints are (`python -m experiments.spectrum
+    --workdir=RUN --label=ARM ... --reference=Trans.`, docs/results.md, "Attention spectra").
 Every row has `seeds` seeds (3); paired differences: every row against Trans. of its table, seed by seed.
 
 Schedule: the `short` config of primal_jax/tasks/lra/config.py (the release's model: 2 layers, dim 64, hidden
@@ -48,6 +52,7 @@ accelerator (`--shard=I/N`, several processes sharing it) is the place for listo
 Arguments (`--sweep=experiments/sweeps/lra.py:seeds=3,image_baselines=nystromformer+reformer`):
   seeds: seeds per row (3).
   image_baselines: the two baselines of image and pathfinder, registered names joined by '+' (linformer+yoso_e).
+  figure_seeds: models per arm of figure1 (3).
   smoke: the config's seconds-long runs, 3 steps each (tests).
 """
 
@@ -82,7 +87,10 @@ TITLES = {
   "listops": "Table 2, ListOps (`short` schedule): every mechanism",
   "image": "Table 2, Image on Fashion-MNIST (`short` schedule; the paper's column is CIFAR-10)",
   "pathfinder": "Table 2, Pathfinder (`short` schedule and level)",
+  "figure1": "ListOps: the models of Figure 1's spectra (checkpoints kept)",
 }
+FIGURE1_ARMS = (("Trans.", "softmax", None), ("PrimalFormer eta=0.1", "primalformer", None))
+FIGURE1_ARMS += (("PrimalFormer eta=0", "primalformer", 0.0),)
 DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
 
 
@@ -103,7 +111,8 @@ def task_models(task: str, baselines: tuple[str, ...]) -> list[tuple[str, str, f
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
-  args = parse_config_arg(arg, {"seeds": 3, "image_baselines": DEFAULT_IMAGE_BASELINES, "smoke": False})
+  defaults = {"seeds": 3, "figure_seeds": 3, "image_baselines": DEFAULT_IMAGE_BASELINES, "smoke": False}
+  args = parse_config_arg(arg, defaults)
   baselines = image_baselines(args["image_baselines"])
   size = "short,smoke" if args["smoke"] else "short"
   smoke = {"total_steps": 3, "eval_every_steps": 3, "checkpoint_every_steps": 3} if args["smoke"] else {}
@@ -113,9 +122,15 @@ def get_sweep(arg: str | None = None) -> Sweep:
       for label, model, paper in task_models(task, baselines):
         cell = Cell(task, (("dataset", DATASET[task]), ("model", label)), paper)
         runs.append(Run(f"{CONFIG}:task={task},model={model},{size}", cell, seed, "own_validation", smoke))
+  for seed in range(args["figure_seeds"]):  # after the tables: its first two arms are the listops table's runs
+    for label, model, eta in FIGURE1_ARMS:
+      overrides = smoke | ({} if eta is None else {"ksvd.eta": eta})
+      cell = Cell("figure1", (("arm", label),))
+      runs.append(Run(f"{CONFIG}:task=listops,model={model},{size}", cell, seed, "own_validation", overrides))
   schedule = "smoke runs" if args["smoke"] else "`short` runs"
   notes = (
     f"{schedule}; see experiments/sweeps/lra.py. Values: test accuracy (%) at the best validation evaluation. "
     "The paper's column is its converged runs (Image: CIFAR-10): compare within a table."
   )
-  return Sweep(tuple(runs), titles=TITLES, notes=notes, baselines={task: ("model", "Trans.") for task in TITLES})
+  baselines = {task: ("model", "Trans.") for task in ("listops", "image", "pathfinder")}
+  return Sweep(tuple(runs), titles=TITLES, notes=notes, baselines=baselines)
