@@ -125,7 +125,7 @@ def test_unpaired_seeds_missing_baselines_and_protocols():
   table = paired_table(sweep, rows, "t")
   assert table.splitlines()[0] == "| dataset | model | protocol | vs | pairs | mean diff. | std | 95% CI | verdict |"
   assert "| E | Primal | release | Trans. | 0 | - | - | - | unresolved |" in table
-  assert "| D | Primal | honest | Trans. | 2 | +20.0 | 0.0 | [+20.0, +20.0] | better |" in table
+  assert "| D | Primal | honest | Trans. | 2 | +20.0 | 0.0 | [+20.0, +20.0] | unresolved |" in table  # std 0, n 2
 
 
 def test_a_seed_counted_twice_cannot_be_paired():

@@ -72,8 +72,8 @@ def test_a_finding_inside_the_margin_is_still_a_finding():
 
 
 def test_a_constant_difference_has_a_point_interval():
-  paired = paired_difference({0: 2.0, 1: 3.0}, {0: 1.0, 1: 2.0})
-  assert (paired.mean, paired.std, paired.low, paired.high, paired.verdict) == (1.0, 0.0, 1.0, 1.0, "higher")
+  paired = paired_difference({0: 2.0, 1: 3.0}, {0: 1.0, 1: 2.0})  # a point interval, but 2 seeds: no finding
+  assert (paired.mean, paired.std, paired.low, paired.high, paired.verdict) == (1.0, 0.0, 1.0, 1.0, "unresolved")
 
 
 @pytest.mark.parametrize(
@@ -89,3 +89,16 @@ def test_bad_arguments_are_refused_in_one_line(kwargs, message):
   with pytest.raises(ValueError, match=message) as err:
     paired_difference({0: 1.0, 1: 2.0}, {0: 0.0, 1: 0.0}, **kwargs)
   assert "\n" not in str(err.value)
+
+
+def test_identical_nonzero_differences_need_the_sign_test():
+  """A quantised metric (one BasicMotions test series is 2.5 points) gave +2.5 on each of 3 seeds: std 0, a point
+  interval [+2.5, +2.5] that read "better". With no spread the sign test decides: 2 * 0.5**n < 0.05 from n = 6."""
+  for n, verdict in ((2, "unresolved"), (3, "unresolved"), (5, "unresolved"), (6, "higher")):
+    paired = paired_difference({s: 100.0 for s in range(n)}, {s: 97.5 for s in range(n)}, margin=1.0)
+    assert (paired.low, paired.high, paired.verdict) == (2.5, 2.5, verdict), n
+  assert paired_difference({s: 0.0 for s in range(6)}, {s: 2.5 for s in range(6)}).verdict == "lower"
+  same = paired_difference({0: 97.5, 1: 100.0}, {0: 97.5, 1: 100.0}, margin=1.0)  # zero differences: level
+  assert (same.low, same.high, same.verdict) == (0.0, 0.0, "level")
+  loose = paired_difference({s: 1.0 for s in range(5)}, {s: 0.0 for s in range(5)}, confidence=0.9)
+  assert loose.verdict == "higher"  # 2 * 0.5**5 = 0.0625 < 0.1

@@ -120,7 +120,8 @@ def paired_note(sweep: Sweep) -> str:
   return (
     "Paired by seed: the row minus its baseline on each seed both finished; mean and sample std (ddof=1) of the "
     f"differences, 95% Student-t interval. {direction.capitalize()} is better here. better / worse: the interval "
-    f"excludes zero (a finding); {level}unresolved: otherwise, or fewer than 2 pairs."
+    f"excludes zero (a finding; where every pair differs by the same amount, std 0, only if all 6 or more agree, "
+    f"the sign test); {level}unresolved: otherwise, or fewer than 2 pairs."
   )
 
 
