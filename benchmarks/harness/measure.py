@@ -202,13 +202,7 @@ def read_bandwidth(elements: int, repeats: int = 20) -> dict[str, float]:
   host, rows = np.ones((elements,), np.float32), np.ones((elements // 64, 64), np.float32)
   vector = np.ones((64,), np.float32)
   for name, fn, size in (("numpy_sum", host.sum, host.size), ("blas_gemv", lambda: rows @ vector, rows.size)):
-    fn()  # touch every page first
-    seconds = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      fn()
-      seconds.append(time.perf_counter() - start)
-    rates[name] = 4 * size / min(seconds)
+    rates[name] = 4 * size / min(call_seconds(fn, repeats=repeats))  # its warm-up call touches every page
   return {**rates, "best": max(rates.values())}
 
 
