@@ -21,9 +21,12 @@ the step keeps busy). The same process measures the memory bandwidth (an in-plac
 triad, `benchmarks.harness.measure.triad_bandwidth`) and the matmul peak, and each record gets its roofline: the
 bytes one step must read (the weights it multiplies by, plus the whole decoding state: a softmax layer reads its
 `max_len` cache under a mask), the time that takes at the measured bandwidth, and the fraction of that bound the
-step reaches. Separate measurements (`benchmarks.decoding_extras`; every table: `experiments.tables.decoding`):
-the chunked prefill's FLOP rate against the matmul peak, end-to-end `generate` tokens/s (a `--e2e_prompt` prompt
-and `--e2e_new` new tokens) and tokens/s against the batch size (`--scaling_batches` at `--scaling_context`).
+step reaches. After the grid it also times read-only streams over a buffer of each step's own size
+(`sized_read_bound_ms`): a step reads the same state at every token, which stays in whatever cache level holds
+it, so a bound measured on smaller arrays (the triad's) can measure a faster level than the step's. Separate
+measurements (`benchmarks.decoding_extras`; every table: `experiments.tables.decoding`): the chunked prefill's
+FLOP rate against the matmul peak, end-to-end `generate` tokens/s (a `--e2e_prompt` prompt and `--e2e_new` new
+tokens) and tokens/s against the batch size (`--scaling_batches` at `--scaling_context`).
 
 `--fill=synthetic` (the default) writes random keys, values and running sums and sets the positions, instead of
 running the model over c random tokens (`--fill=prefill`, in chunks of `--prefill_chunk`): a decode step's work
@@ -209,6 +212,20 @@ def measure_rates(args) -> dict:
   }
 
 
+def sized_read_bounds(records: list[dict], args) -> list[dict]:
+  """Each record's bound at its own working set: `sized_read_bound_ms` is its `bytes_per_step` at the best
+  read-only stream over a buffer of that many bytes (`harness.read_bandwidth_at`, measured once per size, every
+  size after the grid, in this process). A step reads the same state at every token, so that state stays in
+  whatever cache level holds it: a bound measured on a smaller stream (the triad's) can sit in a faster level
+  than the step's data. Returns the rates by size, [{"bytes", each stream's rate, "best"}]."""
+  by_size = {}
+  for nbytes in sorted({r["bytes_per_step"] for r in records}):
+    by_size[nbytes] = harness.read_bandwidth_at(nbytes, repeats=args.sized_repeats)
+  for record in records:
+    record["sized_read_bound_ms"] = 1e3 * record["bytes_per_step"] / by_size[record["bytes_per_step"]]["best"]
+  return [{"bytes": nbytes, **rates} for nbytes, rates in by_size.items()]
+
+
 def _ints(text: str) -> list[int]:
   return [int(x) for x in text.split(",") if x.strip()]
 
@@ -235,6 +252,7 @@ def measure(args) -> dict:
         })  # fmt: skip
         print(f"B={batch} context {context:>6}  {variant:<17} {1e3 * seconds:9.3f} ms/token  "
               f"state {sizes[variant]['state_bytes']:>14,} bytes", flush=True)  # fmt: skip
+  del runners, samples  # the last grid point's models and caches: the streams below allocate up to a step's size
   end_bandwidth = harness.triad_bandwidth(args.triad_elements, in_place=True)
   bandwidth = max(rates["bandwidth_bytes_per_s"], end_bandwidth)  # the better of the two: a bound, not a typical rate
   one_thread = harness.one_thread_bandwidth(args.triad_elements)
@@ -245,6 +263,7 @@ def measure(args) -> dict:
     record["bound_ms"] = 1e3 * bound
     record["bound_fraction"] = record["bound_ms"] / record["ms_per_token"]
     record["one_thread_bound_ms"] = 1e3 * record["bytes_per_step"] / one_thread
+  by_size = sized_read_bounds(records, args)
   device = jax.devices()[0]
   meta = {
     "devices": str(jax.devices()),
@@ -261,6 +280,7 @@ def measure(args) -> dict:
     "bandwidth_start_end": [rates["bandwidth_bytes_per_s"], end_bandwidth],
     "one_thread_bandwidth_bytes_per_s": one_thread,  # NumPy's a <- b + c: one thread's memory bandwidth
     "read_bandwidth_bytes_per_s": read,  # each read-only stream's rate and the best (`harness.read_bandwidth`)
+    "read_bandwidth_by_size": by_size,  # the same streams over each step's own bytes (`sized_read_bounds`)
     "matmul_peak": rates["matmul_peak"],
   }
   results = {"meta": meta, "records": records}
@@ -289,6 +309,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     "dot_product_attention (jax.nn.dot_product_attention on a transposed view of it: cuDNN on a GPU where it applies)",
   )  # fmt: skip
   parser.add_argument("--triad_elements", type=int, default=2**24, help="float32 elements per triad array")
+  parser.add_argument(
+    "--sized_repeats", type=int, default=5, help="repeats of each read-only stream at a step's own size"
+  )
   parser.add_argument("--peak_size", type=int, default=0, help="matmul peak size (0: 4096 on GPU/TPU, 2048 on CPU)")
   parser.add_argument("--prefill_context", type=int, default=1024, help="tokens prefilled (0: no prefill table)")
   parser.add_argument("--e2e_prompt", type=int, default=1024, help="generate(): prompt length (0: no such table)")

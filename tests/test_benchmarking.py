@@ -292,6 +292,19 @@ def test_memory_budget_refuses_before_running(efficiency):
   assert err.value.kind == "memory"
 
 
+def test_read_bandwidth_at_a_size_streams_that_many_bytes_and_refuses_less_than_a_row(monkeypatch):
+  seen = []
+  monkeypatch.setattr(bm, "read_bandwidth", lambda elements, repeats: seen.append((elements, repeats)) or {})
+  bm.read_bandwidth_at(10_000, repeats=2)  # 2,500 float32 -> 39 whole rows of 64
+  bm.read_bandwidth_at(256)
+  assert seen == [(39 * 64, 2), (64, 5)]
+  with pytest.raises(ValueError, match="nbytes must be at least 256"):
+    bm.read_bandwidth_at(255)
+  monkeypatch.undo()
+  with pytest.raises(ValueError, match="elements must be a positive multiple of 64"):
+    bm.read_bandwidth(100)
+
+
 def test_read_bandwidth_times_four_read_only_streams_on_the_host():
   rates = bm.read_bandwidth(1 << 16, repeats=3)
   assert set(rates) == {"xla_sum", "xla_gemv", "numpy_sum", "blas_gemv", "best"}  # JAX on the CPU: NumPy's too

@@ -59,6 +59,11 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
         read = results["meta"]["read_bandwidth_bytes_per_s"]  # the read-only streams' rates and their best
         assert read["best"] == max(v for k, v in read.items() if k != "best")
         assert r["read_bound_ms"] == pytest.approx(1e3 * r["bytes_per_step"] / read["best"])
+        # The bound at the step's own size: its bytes at the best stream over a buffer of that many bytes.
+        sized = {s["bytes"]: s for s in results["meta"]["read_bandwidth_by_size"]}
+        rate = sized[r["bytes_per_step"]]
+        assert rate["best"] == max(v for k, v in rate.items() if k not in ("best", "bytes"))
+        assert r["sized_read_bound_ms"] == pytest.approx(1e3 * r["bytes_per_step"] / rate["best"])
     # The weights: every parameter but the embedding tables, of which one row per sequence (token and position).
     args = argparse.Namespace(layers=2, dim=16, heads=2, low_rank=3)
     for variant in decoding.VARIANTS:
@@ -66,8 +71,12 @@ def test_tiny_run_reports_exact_state_sizes(tmp_path, fill, extras):
       tables = (256 + 48) * 16 * 4
       total = sum(x.nbytes for x in jax.tree.leaves(params))
       assert records[variant, batch, 48]["weight_bytes"] == total - tables + batch * 2 * 16 * 4
+  sizes = [s["bytes"] for s in results["meta"]["read_bandwidth_by_size"]]  # each step's size once, ascending
+  assert sizes == sorted({r["bytes_per_step"] for r in results["records"]})
   text = (tmp_path / "decoding.md").read_text()
   assert text.count(" threads, ") == 2 * 3 * 2  # a cell per batch, model and context
+  assert text.count("Fraction of the read-only bound at the step's own size") == 2  # a table per batch
+  assert text.count("\n| ", text.index("GB/s of the read-only streams over a buffer")) >= len(sizes) + 1
   assert text.count("Milliseconds of one call of the 1-step loop") == 2  # a table per batch
   assert text.count("(1.00x)") >= 2 * 3 * 2 and "batch 3" in text and (tmp_path / "decoding.png").stat().st_size > 1000
   meta = results["meta"]

@@ -187,23 +187,42 @@ def read_bandwidth(elements: int, repeats: int = 20) -> dict[str, float]:
   what reading alone reaches here, by four programs (the best is the bound): XLA's full `sum`, XLA's [1, 64] x
   [64, elements / 64] product (the decode contraction's shape) and, where JAX runs on the host CPU, NumPy's `sum`
   (one thread) and its BLAS matrix-vector product [elements / 64, 64] x [64] (BLAS's threads). Returns each rate
-  and `best`.
+  and `best`. One buffer is alive at a time (each program's own), so a stream as large as a decode step's state
+  fits where that state did.
   """
-  x = jnp.ones((elements,), jnp.float32)
-  keys = jnp.ones((64, elements // 64), jnp.float32)
-  query = jnp.ones((1, 64), jnp.float32)
-  rates = {
-    "xla_sum": 4 * elements / min(call_seconds(jax.jit(jnp.sum), x, repeats=repeats)),
-    "xla_gemv": 4 * keys.size / min(call_seconds(jax.jit(jnp.matmul), query, keys, repeats=repeats)),
-  }
-  del x, keys
-  if jax.devices()[0].platform != "cpu":  # NumPy reads host memory, not the device's
-    return {**rates, "best": max(rates.values())}
-  host, rows = np.ones((elements,), np.float32), np.ones((elements // 64, 64), np.float32)
-  vector = np.ones((64,), np.float32)
-  for name, fn, size in (("numpy_sum", host.sum, host.size), ("blas_gemv", lambda: rows @ vector, rows.size)):
-    rates[name] = 4 * size / min(call_seconds(fn, repeats=repeats))  # its warm-up call touches every page
+  if elements < 64 or elements % 64:
+    raise ValueError(f"elements must be a positive multiple of 64 (the product's rows), got {elements}")
+
+  def xla_sum():
+    x = jnp.ones((elements,), jnp.float32)
+    return 4 * elements / min(call_seconds(jax.jit(jnp.sum), x, repeats=repeats))
+
+  def xla_gemv():
+    keys, query = jnp.ones((64, elements // 64), jnp.float32), jnp.ones((1, 64), jnp.float32)
+    return 4 * elements / min(call_seconds(jax.jit(jnp.matmul), query, keys, repeats=repeats))
+
+  def numpy_sum():
+    host = np.ones((elements,), np.float32)
+    return 4 * elements / min(call_seconds(host.sum, repeats=repeats))  # its warm-up call touches every page
+
+  def blas_gemv():
+    rows, vector = np.ones((elements // 64, 64), np.float32), np.ones((64,), np.float32)
+    return 4 * elements / min(call_seconds(lambda: rows @ vector, repeats=repeats))
+
+  programs = {"xla_sum": xla_sum, "xla_gemv": xla_gemv}
+  if jax.devices()[0].platform == "cpu":  # NumPy reads host memory, not the device's
+    programs |= {"numpy_sum": numpy_sum, "blas_gemv": blas_gemv}
+  rates = {name: program() for name, program in programs.items()}  # each frees its buffer on return
   return {**rates, "best": max(rates.values())}
+
+
+def read_bandwidth_at(nbytes: int, repeats: int = 5) -> dict[str, float]:
+  """`read_bandwidth` over a buffer of `nbytes` (rounded down to whole [64] float32 rows, at least one): what
+  reading a working set of that size reaches. The rate falls where the set outgrows a cache level, so a step that
+  reads its state again at every token is bounded by the rate at its own size, not by a smaller stream's."""
+  if nbytes < 4 * 64:
+    raise ValueError(f"nbytes must be at least 256 (one row of 64 float32), got {nbytes}")
+  return read_bandwidth(nbytes // (4 * 64) * 64, repeats=repeats)
 
 
 def one_thread_bandwidth(elements: int, repeats: int = 20) -> float:

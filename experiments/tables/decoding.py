@@ -106,6 +106,15 @@ def read_table(records) -> str:
   return markdown.table(["model", "weights read (MiB)", *(f"N={n}" for n in lengths)], rows)
 
 
+def sized_read_table(by_size: list[dict]) -> str:
+  """GB/s of each read-only stream over a buffer of each step's size (a row per size, the best last)."""
+  names = [k for k in by_size[0] if k not in ("bytes", "best")]
+  rows = [
+    [f"{s['bytes'] / MIB:,.1f}", *(f"{s[n] / 1e9:.1f}" for n in names), f"{s['best'] / 1e9:.1f}"] for s in by_size
+  ]
+  return markdown.table(["MiB read", *names, "best"], rows)
+
+
 def roofline_sections(results: Mapping) -> list[str]:
   """The Markdown sections of a result's roofline, prefill, end-to-end and batch-scaling data."""
   meta = results["meta"]
@@ -133,11 +142,22 @@ def roofline_sections(results: Mapping) -> list[str]:
         f"Fraction of the read-only bound ({read['best'] / 1e9:.1f} GB/s, the best of {rates} GB/s: a decode step "
         f"only reads its cache, where a triad also writes), batch {batch}:\n\n{table}"
       )
+    if "read_bandwidth_by_size" in meta:  # records since the bound at each step's own size
+      table = roofline_table(records, "sized_read_bound_ms")
+      parts.append(
+        f"Fraction of the read-only bound at the step's own size (its bytes at the best read-only stream over a "
+        f"buffer of that many bytes, the table below), batch {batch}:\n\n{table}"
+      )
     if all("cpu_per_wall" in r for r in records):
       parts.append(
         f"Threads the step keeps busy (CPU s / wall s) and fraction of the bound at one thread's bandwidth "
         f"({meta['one_thread_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s), batch {batch}:\n\n{threads_table(records)}"
       )
+  if meta.get("read_bandwidth_by_size"):
+    parts.append(
+      "GB/s of the read-only streams over a buffer of each step's size (the best is that size's bound; "
+      f"`benchmarks.harness.measure.read_bandwidth_at`):\n\n{sized_read_table(meta['read_bandwidth_by_size'])}"
+    )
   if results.get("prefill"):
     rows = [
       [
