@@ -15,8 +15,8 @@ A generated table sits between two markers, each on a line of its own, in a Mark
 The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/, one row per
 run; `spectrum_arms:<name>`: its arms, mean ± std over models and the paired differences by seed)
 or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself), `decoding:<dir>` (the decoding
-benchmark's JSON in benchmarks/results/<dir>/), `vs_release:<dir>` (benchmarks/vs_release.py's; its ratios in one
-paragraph: `vs_release_summary:<dir>`),
+benchmark's JSON in benchmarks/results/<dir>/; `decoding_sized:<dir>`: its bound at each step's own size),
+`vs_release:<dir>` (benchmarks/vs_release.py's; its ratios in one paragraph: `vs_release_summary:<dir>`),
 `step_profile:<dir>` (benchmarks/step_profile.py's), or
 `d4rl:<table>`, `vit:<table>`, `lm:<table>` (a table of
 experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/), or
@@ -74,6 +74,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "paired": sweeps.paired_sweep,
   "decoding": decoding.docs_table,
   "decoding_scaling": decoding.docs_scaling_table,
+  "decoding_sized": decoding.docs_sized_table,
   "vs_release": vs_release.docs_table,
   "vs_release_summary": vs_release.docs_summary,
   "step_profile": step_profile.docs_table,

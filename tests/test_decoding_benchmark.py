@@ -205,3 +205,16 @@ def test_the_scaling_docs_table_renders_a_record_and_refuses_one_without_scaling
   assert "Bandwidth 50.0 GB/s (in-place triad, the better of 41.0, 50.0 GB/s before and after the grid)" in text
   with pytest.raises(ValueError, match="no batch-scaling records"):
     tables.docs_scaling_table("without", tmp_path)
+
+
+def test_the_sized_bound_table_renders_a_committed_record_and_refuses_one_without_it():
+  """`decoding_sized:<dir>` (docs/benchmarks.md): the fraction of each step's own-size bound, from the record."""
+  from experiments.tables import decoding as tables
+
+  text = tables.docs_sized_table("decoding_sized_bound_2", None)
+  record = json.loads((tables.BENCHMARK_RESULTS / "decoding_sized_bound_2" / "decoding.json").read_text())
+  kv = next(r for r in record["records"] if (r["model"], r["batch"], r["seq_len"]) == ("softmax_kv_cache", 1, 65536))
+  cell = f"{100 * kv['sized_read_bound_ms'] / kv['ms_per_token']:.0f}% ({kv['sized_read_bound_ms']:.2f} / "
+  assert cell in text and text.count("Fraction of the read-only bound at the step's own size") == 2
+  with pytest.raises(ValueError, match="decoding_quiet/decoding.json has no read bound at each step's size"):
+    tables.docs_sized_table("decoding_quiet", None)

@@ -258,6 +258,26 @@ def docs_scaling_table(name: str, base: Path) -> str:
   return "\n\n".join([*scaling_sections(results["scaling"]), rates])
 
 
+def docs_sized_table(name: str, base: Path) -> str:
+  """The docs table `decoding_sized:<dir>`: per batch, milliseconds per token and the fraction of the read-only
+  bound at each step's own size, then the streams' rates by size, of benchmarks/results/<dir>/decoding.json."""
+  del base
+  results = load_results(BENCHMARK_RESULTS / name / "decoding.json")
+  meta = results["meta"]
+  if not meta.get("read_bandwidth_by_size"):
+    raise ValueError(f"{name}/decoding.json has no read bound at each step's size (records since that bound)")
+  parts = [f"{meta['devices']}, {meta['date']}, commit {(meta.get('git_commit') or '?')[:12]}; `{meta['command']}`"]
+  for batch, records in _per_batch(results["records"]).items():
+    table = roofline_table(records, "sized_read_bound_ms")
+    parts.append(f"Fraction of the read-only bound at the step's own size (bound ms / measured ms), batch {batch}:")
+    parts.append(table)
+  parts.append(
+    f"GB/s of the read-only streams over a buffer of each step's size (the best is its bound):\n\n"
+    f"{sized_read_table(meta['read_bandwidth_by_size'])}"
+  )
+  return "\n\n".join(parts)
+
+
 def docs_table(name: str, base: Path) -> str:
   """The docs table `decoding:<dir>`: the tables of benchmarks/results/<dir>/decoding.json."""
   del base  # no links to place
