@@ -149,3 +149,20 @@ def test_causal_lm_decodes_with_constant_state_baselines():
     logits, cache = decode_step(model, params, cache, tokens[:, i : i + 1])
     outs.append(np.asarray(logits))
   ref.assert_rel_close(np.concatenate(outs, axis=1), full, 1e-5, "lm")
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 5, 64])
+def test_chunked_causal_numerator_equals_the_float64_prefix_sum(chunk):
+  """`causal_numerator` (masked products within a chunk, running sums across) against the per-position prefix
+  sum in float64, T = 13 (not a multiple of 4 or 5), continuing from a carry; 1e-5 relative."""
+  from primal_jax.attention.baselines.common import causal_numerator
+
+  rng = np.random.default_rng(chunk)
+  phi_q, phi_k = (np.abs(rng.normal(size=(2, 3, 13, 6))) for _ in range(2))
+  v, carry = rng.normal(size=(2, 3, 13, 5)), rng.normal(size=(2, 3, 6, 5))
+  prefix = carry[:, :, None] + np.cumsum(np.einsum("bhtf,bhtp->bhtfp", phi_k, v), axis=2)  # [B, H, T, f, p]
+  want = np.einsum("bhtf,bhtfp->bhtp", phi_q, prefix)
+  args = (jnp.asarray(x, jnp.float32) for x in (phi_q, phi_k, v, carry))
+  num, last = causal_numerator(*args, chunk=chunk)
+  ref.assert_rel_close(np.asarray(num), want, 1e-5, f"chunk {chunk}")
+  ref.assert_rel_close(np.asarray(last), prefix[:, :, -1], 1e-5, f"chunk {chunk} carry")

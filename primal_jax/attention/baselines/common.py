@@ -187,3 +187,39 @@ class BaselineAttention(AttentionShell):
     for ok, message in mask_checks(mask, query_valid, key_valid, self.causal, type(self).__name__):
       heads_out = refuse_unhonoured(heads_out, ok, message, self.debug_checks)
     return jnp.swapaxes(heads_out, 1, 2)  # [B, N, H, p]
+
+
+# Positions per chunk of the causal prefix sums (`causal_numerator`): at most this many keys are attended to
+# through a masked [chunk, chunk] product; earlier chunks through their running f x p sum.
+CAUSAL_CHUNK = 64
+
+
+def causal_numerator(
+  phi_q: jax.Array, phi_k: jax.Array, v: jax.Array, kv_carry: jax.Array | None = None, chunk: int = CAUSAL_CHUNK
+) -> tuple[jax.Array, jax.Array]:
+  """sum_{j <= i} <phi_q_i, phi_k_j> v_j for every i, continuing from `kv_carry` (the f x p sum of earlier keys).
+
+  Chunked: within a chunk of `chunk` positions the masked [chunk, chunk] products (phi_q phi_k^T * tril) v, across
+  chunks the running sum of phi_k v^T at each chunk's start, so memory is O(T / chunk * f * p + T * chunk), not the
+  O(T f p) of a prefix sum per position (at Decision Transformer's 60 positions and f = p = 128 that prefix sum
+  was most of a causal training step). The masked entries are exact zeros, so an output never depends on a later key or value.
+
+  Args:
+    phi_q, phi_k: [B, H, T, f]; v: [B, H, T, p] (zero where a key is padded); kv_carry: [B, H, f, p] or None.
+  Returns:
+    (numerator [B, H, T, p], the sum through the last position [B, H, f, p]).
+  """
+  b, h, t, f = phi_q.shape
+  size = min(chunk, t)
+  n = -(-t // size)
+  if n * size != t:  # zero positions at the end: their keys add nothing, their outputs are dropped
+    pad = [(0, 0), (0, 0), (0, n * size - t), (0, 0)]
+    phi_q, phi_k, v = (jnp.pad(x, pad) for x in (phi_q, phi_k, v))
+  q_, k_, v_ = (x.reshape(b, h, n, size, x.shape[-1]) for x in (phi_q, phi_k, v))
+  own = jnp.einsum("bhncf,bhncp->bhnfp", k_, v_)  # each chunk's sum of phi_k v^T
+  start = jnp.zeros_like(own[:, :, 0]) if kv_carry is None else kv_carry.astype(own.dtype)
+  through = start[:, :, None] + jnp.cumsum(own, axis=2)  # the sum through each chunk's end
+  before = jnp.concatenate([start[:, :, None], through[:, :, :-1]], axis=2)  # ... and before its start
+  scores = jnp.einsum("bhncf,bhndf->bhncd", q_, k_) * jnp.tril(jnp.ones((size, size), q_.dtype))
+  num = jnp.einsum("bhncf,bhnfp->bhncp", q_, before) + jnp.einsum("bhncd,bhndp->bhncp", scores, v_)
+  return num.reshape(b, h, n * size, -1)[:, :, :t], through[:, :, -1]

@@ -20,7 +20,13 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from primal_jax.attention.baselines.common import BaselineAttention, check_form, compute_dtype, decode_carry
+from primal_jax.attention.baselines.common import (
+  BaselineAttention,
+  causal_numerator,
+  check_form,
+  compute_dtype,
+  decode_carry,
+)
 
 FLOW_EPS = 1e-6
 # Clamp of the conserved outgoing flow before the competition's exp: the authors' code uses 1, the
@@ -111,10 +117,11 @@ def causal_flow_attention(
   cum_exp = run(source * w[:, 0][:, None], "exp")
   real = w[:, 0][:, None] > 0  # [B, 1, T]; at a real position cum_exp >= its own exp(-clamp) > 0
   competition = jnp.where(real, source / jnp.where(real, cum_exp, 1.0), 0.0) * normal
-  kv = run(jnp.einsum("bhlp,bhld->bhlpd", k, v * competition[..., None]), "kv")  # [B, H, T, p, p]
-  out = jnp.einsum("bhlp,bhlpd->bhld", q * (incoming / normal)[..., None], kv) * allocation[..., None]
-  last = dict(k=cum_k, q=cum_q, k_out=cum_k_out, q_in=cum_q_in, exp=cum_exp, count=count, kv=kv)
-  return out, {key: value[:, :, -1] for key, value in last.items()}
+  # sum_{j <= i} <q_i', k_j> v_j c_j, chunked (not a [B, H, T, p, p] prefix sum per position)
+  num, kv = causal_numerator(q * (incoming / normal)[..., None], k, v * competition[..., None], carry["kv"])
+  out = num * allocation[..., None]
+  last = dict(k=cum_k, q=cum_q, k_out=cum_k_out, q_in=cum_q_in, exp=cum_exp, count=count)
+  return out, {**{key: value[:, :, -1] for key, value in last.items()}, "kv": kv}
 
 
 class FlowformerAttention(BaselineAttention):

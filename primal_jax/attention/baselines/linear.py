@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from primal_jax.attention.baselines.common import (
   BaselineAttention,
+  causal_numerator,
   check_form,
   compute_dtype,
   decode_carry,
@@ -33,7 +34,8 @@ def causal_kernelized(
   key_valid: jax.Array | None = None,
   carry: tuple[jax.Array, jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array, tuple[jax.Array, jax.Array]]:
-  """Prefix sums of causal kernelised attention, continuing from `carry` (decoding).
+  """Prefix sums of causal kernelised attention, continuing from `carry` (decoding); the numerator chunked
+  (`causal_numerator`).
 
   Args:
     phi_q: [B, H, T, f]; phi_k: [B, H, T, f]; v: [B, H, T, p] (compute dtype).
@@ -43,13 +45,12 @@ def causal_kernelized(
     (numerator [B, H, T, p], normaliser [B, H, T], new carry) with the sums over j <= i.
   """
   phi_k, v = zero_padded(phi_k, key_valid), zero_padded(v, key_valid)
-  kv = jnp.cumsum(jnp.einsum("bhmf,bhmp->bhmfp", phi_k, v), axis=2)  # [B, H, T, f, p] prefix sums
+  num, kv = causal_numerator(phi_q, phi_k, v, None if carry is None else carry[0])  # chunked, [B, H, T, p]
   z = jnp.cumsum(phi_k, axis=2)  # [B, H, T, f]
   if carry is not None:
-    kv, z = kv + carry[0][:, :, None], z + carry[1][:, :, None]
-  num = jnp.einsum("bhnf,bhnfp->bhnp", phi_q, kv)
+    z = z + carry[1][:, :, None]
   den = jnp.einsum("bhnf,bhnf->bhn", phi_q, z)
-  return num, den, (kv[:, :, -1], z[:, :, -1])
+  return num, den, (kv, z[:, :, -1])
 
 
 def kernelized_attention(
@@ -72,7 +73,7 @@ def kernelized_attention(
     v: [B, H, M, p] values.
     key_valid: [B, M] bool (True = real key) or None; padded keys get w_j = 0
       (their features and values are zeroed, so their content cannot leak).
-    causal: sum over j <= i only (prefix sums; O(N f p) memory). Needs N == M.
+    causal: sum over j <= i only (chunked prefix sums, `causal_numerator`). Needs N == M.
     normalize: divide by the normaliser; False returns the numerator alone.
     eps: lower clamp of the normaliser (a row with no real key gives 0).
   Returns:
