@@ -319,7 +319,16 @@ def test_performer_features_are_orthogonal_and_fixed():
     np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0.0, atol=1e-4)
   np.testing.assert_array_equal(w, orthogonal_random_features(jax.random.key(3), 2 * P + 3, P))
   module = PerformerAttention(num_heads=H, num_features=7, feature_seed=3)
-  np.testing.assert_array_equal(module.projection(P), orthogonal_random_features(jax.random.key(3), 7, P))
+  # The module's are those directions computed once (jitted: within float32 round-off of the eager call above) ...
+  np.testing.assert_allclose(module.projection(P), orthogonal_random_features(jax.random.key(3), 7, P), rtol=1e-6)
+  np.testing.assert_array_equal(module.projection(P), PerformerAttention(num_heads=H, num_features=7,
+                                                                          feature_seed=3).projection(P))  # fmt: skip
+  # ... and a constant of a traced step: no QR (LAPACK geqrf) left in it.
+  lowered = jax.jit(lambda: module.projection(P)).lower().as_text()
+  assert (
+    "geqrf" not in lowered
+    and "geqrf" in jax.jit(orthogonal_random_features, static_argnums=(1, 2)).lower(jax.random.key(3), 7, P).as_text()
+  )
 
 
 def test_performer_approaches_softmax_with_many_features():

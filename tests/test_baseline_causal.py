@@ -166,3 +166,22 @@ def test_chunked_causal_numerator_equals_the_float64_prefix_sum(chunk):
   num, last = causal_numerator(*args, chunk=chunk)
   ref.assert_rel_close(np.asarray(num), want, 1e-5, f"chunk {chunk}")
   ref.assert_rel_close(np.asarray(last), prefix[:, :, -1], 1e-5, f"chunk {chunk} carry")
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 5])
+def test_causal_favor_is_the_same_for_every_chunk_size(chunk):
+  """`causal_favor`'s chunks (masked products within, the rescaled scan across) give the one-chunk result, with
+  padded keys and continuing from a carry (the state after a first segment); 1e-5 relative."""
+  from primal_jax.attention.baselines.performer import causal_favor, orthogonal_random_features
+
+  rng = np.random.default_rng(chunk)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, 3, 13, 8)), jnp.float32) for _ in range(3))
+  projection = orthogonal_random_features(jax.random.key(0), 16, 8)
+  valid = jnp.asarray(np.arange(13)[None, :] < np.array([[13], [9]]))
+  _, carry = causal_favor(q[:, :, :6], k[:, :, :6], v[:, :, :6], projection, valid[:, :6], chunk=64)
+  want, want_last = causal_favor(q, k, v, projection, valid, carry, chunk=64)
+  got, got_last = causal_favor(q, k, v, projection, valid, carry, chunk=chunk)
+  ref.assert_rel_close(np.asarray(got), np.asarray(want), 1e-5, f"chunk {chunk}")
+  for key in ("s", "kv", "v", "count"):
+    ref.assert_rel_close(np.asarray(got_last[key]), np.asarray(want_last[key]), 1e-5, f"chunk {chunk} {key}")
+  np.testing.assert_array_equal(np.asarray(got_last["c"]), np.asarray(want_last["c"]))

@@ -202,7 +202,8 @@ def causal_numerator(
   Chunked: within a chunk of `chunk` positions the masked [chunk, chunk] products (phi_q phi_k^T * tril) v, across
   chunks the running sum of phi_k v^T at each chunk's start, so memory is O(T / chunk * f * p + T * chunk), not the
   O(T f p) of a prefix sum per position (at Decision Transformer's 60 positions and f = p = 128 that prefix sum
-  was most of a causal training step). The masked entries are exact zeros, so an output never depends on a later key or value.
+  was most of a causal training step). The masked entries are exact zeros, so an output never depends on a later
+  key or value.
 
   Args:
     phi_q, phi_k: [B, H, T, f]; v: [B, H, T, p] (zero where a key is padded); kv_carry: [B, H, f, p] or None.

@@ -11,13 +11,16 @@ norm of an independent N(0, I_p) draw.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from primal_jax.attention.baselines.common import (
+  CAUSAL_CHUNK,
   BaselineAttention,
   check_form,
   compute_dtype,
@@ -137,6 +140,20 @@ def performer_attention(
   return kernelized_attention(phi_q, phi_k, v, key_valid, eps=DENOMINATOR_CLAMP)
 
 
+_orthogonal_random_features = jax.jit(orthogonal_random_features, static_argnums=(1, 2))
+
+
+@functools.cache
+def fixed_projection(seed: int, num_features: int, dim: int) -> np.ndarray:
+  """`orthogonal_random_features(jax.random.key(seed), num_features, dim)` as a host array, computed once per
+  process and arguments (also while a step is being traced: it becomes a constant of that step), read-only.
+  XLA:CPU's QR of the [blocks, p, p] Gaussians is slow, and inside a step it was paid at every call."""
+  with jax.ensure_compile_time_eval():
+    directions = np.array(_orthogonal_random_features(jax.random.key(seed), num_features, dim))
+  directions.flags.writeable = False
+  return directions
+
+
 def release_performer_attention(
   q: jax.Array, k: jax.Array, v: jax.Array, projection: jax.Array, key_valid: jax.Array | None = None
 ) -> jax.Array:
@@ -166,6 +183,44 @@ def _rescaled_sum(a, b):
   return c, sa * fa[..., None] + sb * fb[..., None], ka * fa[..., None, None] + kb * fb[..., None, None]
 
 
+def _chunked_favor_sums(phi_q, e, c, v, carry, chunk):
+  """phi_q_i . sum_{j <= i} e_j v_j^T exp(c_j - C_i) and phi_q_i . sum_{j <= i} e_j exp(c_j - C_i), C_i the running
+  max of c (and the carry's), continuing from carry = (c, s, kv); returns them and the sums after the last position.
+
+  Within a chunk the masked [chunk, chunk] products (each factor exp(c_j - C_i) <= 1, the masked ones exactly 0);
+  across chunks each chunk's sums, relative to its own max, combined by the associative scan (`_rescaled_sum`).
+  Memory O(T / chunk * m * p + T * chunk), where a rescaled sum per position took O(T m p).
+  """
+  b, h, t, m = phi_q.shape
+  running = jnp.maximum(carry[0][:, :, None], jax.lax.cummax(c, axis=2))  # C_i [B, H, T]
+  size = min(chunk, t)
+  n = -(-t // size)
+  if n * size != t:  # padded positions: no key weight, their outputs are dropped
+    pad = lambda x, value: jnp.pad(
+      x, [(0, 0)] * 2 + [(0, n * size - t)] + [(0, 0)] * (x.ndim - 3), constant_values=value
+    )  # noqa: E731
+    phi_q, e, v, c = pad(phi_q, 0.0), pad(e, 0.0), pad(v, 0.0), pad(c, _FLOOR)
+    running = jnp.pad(running, [(0, 0), (0, 0), (0, n * size - t)], mode="edge")
+  q_, e_, v_ = (x.reshape(b, h, n, size, x.shape[-1]) for x in (phi_q, e, v))
+  c_, running_ = c.reshape(b, h, n, size), running.reshape(b, h, n, size)
+  top = jnp.max(c_, axis=-1)  # each chunk's own max: its sums are held relative to it
+  weight = jnp.exp(c_ - top[..., None])
+  own = (top, jnp.einsum("bhnsm,bhns->bhnm", e_, weight), jnp.einsum("bhnsm,bhns,bhnsp->bhnmp", e_, weight, v_))
+  start = tuple(x[:, :, None] for x in carry)
+  through = _rescaled_sum(start, jax.lax.associative_scan(_rescaled_sum, own, axis=2))  # through each chunk's end
+  before = tuple(jnp.concatenate([a, x[:, :, :-1]], axis=2) for a, x in zip(start, through, strict=True))
+  scale = jnp.exp(before[0][..., None] - running_)  # the carried sums, from their max to C_i (<= 1)
+  num = jnp.einsum("bhnsm,bhnmp->bhnsp", q_, before[2]) * scale[..., None]
+  den = jnp.einsum("bhnsm,bhnm->bhns", q_, before[1]) * scale
+  causal = jnp.tril(jnp.ones((size, size), bool))
+  factor = jnp.exp(jnp.where(causal, c_[:, :, :, None, :] - running_[..., None], -jnp.inf))  # [B, H, n, i, j]
+  scores = jnp.einsum("bhnsm,bhntm->bhnst", q_, e_) * factor
+  num = num + jnp.einsum("bhnst,bhntp->bhnsp", scores, v_)
+  den = den + jnp.sum(scores, axis=-1)
+  last = tuple(x[:, :, -1] for x in through)
+  return num.reshape(b, h, n * size, -1)[:, :, :t], den.reshape(b, h, n * size)[:, :, :t], last
+
+
 def causal_favor(
   q: jax.Array,
   k: jax.Array,
@@ -175,12 +230,14 @@ def causal_favor(
   carry: dict | None = None,
   *,
   eps: float = FEATURE_EPS,
+  chunk: int = CAUSAL_CHUNK,
 ) -> tuple[jax.Array, dict]:
   """Causal FAVOR+: out_i = phi(q_i)^T sum_{j<=i} phi_i(k_j) v_j^T / phi(q_i)^T sum_{j<=i} phi_i(k_j).
 
   The key stabiliser may not look ahead: phi_i(k_j) = exp(w^T k_j' - ||k_j'||^2 / 2 - c_i) + eps with c_i the
   running max over the real keys j <= i (the non-causal form's c at i = N), kept with rescaled running sums
-  (an associative scan), so decoding from `carry` reproduces the full forward exactly.
+  (`_chunked_favor_sums`: within `chunk` positions masked products, across chunks an associative scan), so
+  decoding from `carry` reproduces the full forward exactly.
 
   Args:
     q, k, v: [B, H, T, p]; projection [m, p]; key_valid [B, T] or None.
@@ -200,19 +257,17 @@ def causal_favor(
   # The exponent is zeroed at padded keys BEFORE the exp: an unbounded one would give exp(inf) * 0 = NaN gradients.
   e = jnp.where(real[..., None], jnp.exp(jnp.where(real[..., None], exponent - c[..., None], 0.0)), 0.0)
   v = zero_padded(v.astype(dt), key_valid)
-  c, s, kv = jax.lax.associative_scan(_rescaled_sum, (c, e, jnp.einsum("bhlm,bhlp->bhlmp", e, v)), axis=2)
   v_sum, count = jnp.cumsum(v, axis=2), jnp.cumsum(jnp.broadcast_to(real, (b, h, t)).astype(dt), axis=2)
   if carry is None:
     carry = dict(c=jnp.full((b, h), _FLOOR, dt), s=jnp.zeros((b, h, m), dt), kv=jnp.zeros((b, h, m, p), dt))
     carry.update(v=jnp.zeros((b, h, p), dt), count=jnp.zeros((b, h), dt))
-  c, s, kv = _rescaled_sum(
-    (carry["c"][:, :, None], carry["s"][:, :, None], carry["kv"][:, :, None]), (c, s, kv)
-  )  # [B, H, T, ...]
+  kv_num, s_den, last_sums = _chunked_favor_sums(phi_q, e, c, v, (carry["c"], carry["s"], carry["kv"]), chunk)
   v_sum, count = v_sum + carry["v"][:, :, None], count + carry["count"][:, :, None]
-  num = jnp.einsum("bhlm,bhlmp->bhlp", phi_q, kv + eps * v_sum[:, :, :, None, :])
-  den = jnp.einsum("bhlm,bhlm->bhl", phi_q, s + eps * count[..., None])
+  feature_sum = jnp.sum(phi_q, axis=-1)  # the eps added to every key feature meets every query feature
+  num = kv_num + eps * feature_sum[..., None] * v_sum
+  den = s_den + eps * feature_sum * count
   out = num / jnp.maximum(den, DENOMINATOR_CLAMP)[..., None]
-  last = dict(c=c[:, :, -1], s=s[:, :, -1], kv=kv[:, :, -1], v=v_sum[:, :, -1], count=count[:, :, -1])
+  last = dict(zip(("c", "s", "kv"), last_sums, strict=True), v=v_sum[:, :, -1], count=count[:, :, -1])
   return out, last
 
 
@@ -248,8 +303,9 @@ class PerformerAttention(BaselineAttention):
       raise ValueError(f"feature_eps must be a finite float > 0, got {self.feature_eps!r}")
 
   def projection(self, head_dim: int) -> jax.Array:
-    """[num_features, head_dim] directions of this module (a function of `feature_seed` only)."""
-    return orthogonal_random_features(jax.random.key(self.feature_seed), self.num_features, head_dim)
+    """[num_features, head_dim] directions of this module (a function of `feature_seed` only): a constant of the
+    traced step (`fixed_projection`), not a QR the step computes again at every call."""
+    return jnp.asarray(fixed_projection(self.feature_seed, self.num_features, head_dim))
 
   def attend_heads(self, q, k, v, query_valid, key_valid):
     del query_valid
