@@ -22,7 +22,9 @@ the `wide` config argument, `short` with dim 128 in 1 head: p = 128 >= 96, so ea
 layer can reach (the paper's own setting, dim 256 in 4 heads, has p = 64). Cost: one `short,wide` Primal.+DT
 step took ~0.3 s and a 10-episode Hopper rollout ~7 s (2 shared CPU cores, 60 timed steps), so a 3,000-step run
 with its 3 validation rollouts and 1 test rollout is about 16 min: ~6.5 h for the 24 Hopper runs of table4_all,
-as much again for HalfCheetah (longer episodes), ~1.6 h for table7's 6 other runs.
+as much again for HalfCheetah (longer episodes), ~1.6 h for table7's 6 other runs. The causal Linear,
+cosFormer, Flowformer and Performer steps were far slower than that (a [B, T, f, p] prefix sum per position, and
+Performer's QR at every call) until commits df105ad and 5a14132 chunked them; runs record their commit.
 
 Mechanism settings (the `d4rl` config; Decision Transformer takes any mechanism with a causal form by name):
 Linear, Performer (256 features) and cosFormer in their papers' causal forms; Flowformer in the release's RL

@@ -42,8 +42,10 @@ baseline's head dropout is 0, as in the Nystromformer LRA code.
 Runs and runtime (2 CPU cores shared with other jobs): listops plans 9 x 3 = 27 runs, image and pathfinder
 5 x 3 = 15 each (57 runs). Recorded `short` runs (experiments/results/lra_short/): ListOps PrimalFormer 15 min,
 Trans. 98 min (N^2 at 2,000 tokens); Image PrimalFormer 8.4 min, Trans. 40 min; Pathfinder PrimalFormer 12 min.
-Timed ListOps steps (batch 32, 5 steps after compilation, load average ~3.5): YOSO-E 13 s, Performer 3.5 s,
-Reformer 3.2 s, Longformer 3.0 s, so their 600-step runs take about 2.5 h, 45, 40 and 40 min with evaluations.
+Timed ListOps steps (batch 32, 5 steps after compilation, load average ~3.5; Performer's before its random
+directions became a constant of the step, commit 5a14132, which took a QR out of its every call): YOSO-E 13 s,
+Performer 3.5 s, Reformer 3.2 s, Longformer 3.0 s, so their 600-step runs take about 2.5 h, 45, 40 and 40 min
+with evaluations.
 Estimate: about 8 h per ListOps seed (24 h for listops); with the default image baselines (YOSO-E's N^2 at
 784-1,024 tokens dominates) about 2 h per Image seed and 4.5 h per Pathfinder seed (6 h and 14 h). An
 accelerator (`--shard=I/N`, several processes sharing it) is the place for listops' N^2 rows:
