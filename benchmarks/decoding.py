@@ -320,6 +320,9 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--scaling_context", type=int, default=1024)
   parser.add_argument("--out", type=Path, default=None)
   args = parser.parse_args(argv)
+  for name in ("contexts", "batch"):
+    if not getattr(args, name):
+      parser.error(f"--{name} must name at least one value, got none")
   if args.steps < 2:
     parser.error(
       f"--steps must be >= 2 (the time per token is the difference of a --steps and a 1-step loop), got {args.steps}"

@@ -218,3 +218,11 @@ def test_the_sized_bound_table_renders_a_committed_record_and_refuses_one_withou
   assert cell in text and text.count("Fraction of the read-only bound at the step's own size") == 2
   with pytest.raises(ValueError, match="decoding_quiet/decoding.json has no read bound at each step's size"):
     tables.docs_sized_table("decoding_quiet", None)
+
+
+@pytest.mark.parametrize("flag", ["--batch=", "--contexts="])
+def test_an_empty_grid_is_refused(capsys, flag):
+  """No batch size or no context: nothing to time (and no grid point's caches to free before the bounds)."""
+  with pytest.raises(SystemExit):
+    decoding.parse_args([flag] + (["--contexts=24"] if flag == "--batch=" else []))
+  assert f"{flag[:-1]} must name at least one value, got none" in capsys.readouterr().err

@@ -259,8 +259,8 @@ def docs_scaling_table(name: str, base: Path) -> str:
 
 
 def docs_sized_table(name: str, base: Path) -> str:
-  """The docs table `decoding_sized:<dir>`: per batch, milliseconds per token and the fraction of the read-only
-  bound at each step's own size, then the streams' rates by size, of benchmarks/results/<dir>/decoding.json."""
+  """The docs table `decoding_sized:<dir>`: per batch, the fraction of the read-only bound at each step's own size
+  and the threads the step keeps busy, then the streams' rates by size, of benchmarks/results/<dir>/decoding.json."""
   del base
   results = load_results(BENCHMARK_RESULTS / name / "decoding.json")
   meta = results["meta"]
@@ -271,6 +271,10 @@ def docs_sized_table(name: str, base: Path) -> str:
     table = roofline_table(records, "sized_read_bound_ms")
     parts.append(f"Fraction of the read-only bound at the step's own size (bound ms / measured ms), batch {batch}:")
     parts.append(table)
+    parts.append(
+      f"Threads the step keeps busy (CPU s / wall s) and fraction of the bound at one thread's bandwidth "
+      f"({meta['one_thread_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s), batch {batch}:\n\n{threads_table(records)}"
+    )
   parts.append(
     f"GB/s of the read-only streams over a buffer of each step's size (the best is its bound):\n\n"
     f"{sized_read_table(meta['read_bandwidth_by_size'])}"

@@ -194,6 +194,15 @@ class BaselineAttention(AttentionShell):
 CAUSAL_CHUNK = 64
 
 
+def in_chunks(x: jax.Array, size: int, fill: float = 0.0) -> jax.Array:
+  """[B, H, T, ...] -> [B, H, ceil(T / size), size, ...], the last chunk completed with `fill`."""
+  t = x.shape[2]
+  n = -(-t // size)
+  if n * size != t:
+    x = jnp.pad(x, [(0, 0), (0, 0), (0, n * size - t)] + [(0, 0)] * (x.ndim - 3), constant_values=fill)
+  return x.reshape(*x.shape[:2], n, size, *x.shape[3:])
+
+
 def causal_numerator(
   phi_q: jax.Array, phi_k: jax.Array, v: jax.Array, kv_carry: jax.Array | None = None, chunk: int = CAUSAL_CHUNK
 ) -> tuple[jax.Array, jax.Array]:
@@ -212,11 +221,8 @@ def causal_numerator(
   """
   b, h, t, f = phi_q.shape
   size = min(chunk, t)
-  n = -(-t // size)
-  if n * size != t:  # zero positions at the end: their keys add nothing, their outputs are dropped
-    pad = [(0, 0), (0, 0), (0, n * size - t), (0, 0)]
-    phi_q, phi_k, v = (jnp.pad(x, pad) for x in (phi_q, phi_k, v))
-  q_, k_, v_ = (x.reshape(b, h, n, size, x.shape[-1]) for x in (phi_q, phi_k, v))
+  q_, k_, v_ = (in_chunks(x, size) for x in (phi_q, phi_k, v))  # zero keys add nothing; their outputs are dropped
+  n = q_.shape[2]
   own = jnp.einsum("bhncf,bhncp->bhnfp", k_, v_)  # each chunk's sum of phi_k v^T
   start = jnp.zeros_like(own[:, :, 0]) if kv_carry is None else kv_carry.astype(own.dtype)
   through = start[:, :, None] + jnp.cumsum(own, axis=2)  # the sum through each chunk's end

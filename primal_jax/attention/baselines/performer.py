@@ -25,6 +25,7 @@ from primal_jax.attention.baselines.common import (
   check_form,
   compute_dtype,
   decode_carry,
+  in_chunks,
   random_state,
   zero_padded,
 )
@@ -192,17 +193,13 @@ def _chunked_favor_sums(phi_q, e, c, v, carry, chunk):
   Memory O(T / chunk * m * p + T * chunk), where a rescaled sum per position took O(T m p).
   """
   b, h, t, m = phi_q.shape
-  running = jnp.maximum(carry[0][:, :, None], jax.lax.cummax(c, axis=2))  # C_i [B, H, T]
   size = min(chunk, t)
-  n = -(-t // size)
-  if n * size != t:  # padded positions: no key weight, their outputs are dropped
-    pad = lambda x, value: jnp.pad(
-      x, [(0, 0)] * 2 + [(0, n * size - t)] + [(0, 0)] * (x.ndim - 3), constant_values=value
-    )  # noqa: E731
-    phi_q, e, v, c = pad(phi_q, 0.0), pad(e, 0.0), pad(v, 0.0), pad(c, _FLOOR)
-    running = jnp.pad(running, [(0, 0), (0, 0), (0, n * size - t)], mode="edge")
-  q_, e_, v_ = (x.reshape(b, h, n, size, x.shape[-1]) for x in (phi_q, e, v))
-  c_, running_ = c.reshape(b, h, n, size), running.reshape(b, h, n, size)
+  # Padded positions: no key weight (e = 0, c at the floor, so the running max repeats its last value there);
+  # their outputs are dropped.
+  q_, e_, v_, c_ = in_chunks(phi_q, size), in_chunks(e, size), in_chunks(v, size), in_chunks(c, size, _FLOOR)
+  n = c_.shape[2]
+  running_ = jnp.maximum(carry[0][:, :, None], jax.lax.cummax(c_.reshape(b, h, n * size), axis=2))
+  running_ = running_.reshape(b, h, n, size)  # C_i, the running max of c (and the carry's)
   top = jnp.max(c_, axis=-1)  # each chunk's own max: its sums are held relative to it
   weight = jnp.exp(c_ - top[..., None])
   own = (top, jnp.einsum("bhnsm,bhns->bhnm", e_, weight), jnp.einsum("bhnsm,bhns,bhnsp->bhnmp", e_, weight, v_))
