@@ -17,7 +17,7 @@ run; `spectrum_arms:<name>`: its arms, mean ± std over models and the paired di
 or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself), `decoding:<dir>` (the decoding
 benchmark's JSON in benchmarks/results/<dir>/; `decoding_sized:<dir>`: its bound at each step's own size),
 `vs_release:<dir>` (benchmarks/vs_release.py's; its ratios in one paragraph: `vs_release_summary:<dir>`),
-`step_profile:<dir>` (benchmarks/step_profile.py's), or
+`step_profile:<dir>` (benchmarks/step_profile.py's), `gemv_chain:<dir>` (benchmarks/gemv_chain.py's), or
 `d4rl:<table>`, `vit:<table>`, `lm:<table>` (a table of
 experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/), or
 `paired:<family>:<table>` (that table's paired differences by seed against the baseline row its sweep file names).
@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from experiments.tables import decoding, efficiency, results, step_profile, sweeps, vs_release
+from experiments.tables import decoding, efficiency, gemv_chain, results, step_profile, sweeps, vs_release
 from experiments.tables.common import ROOT
 from primal_jax.atomic_files import DamagedFileError
 
@@ -78,6 +78,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "vs_release": vs_release.docs_table,
   "vs_release_summary": vs_release.docs_summary,
   "step_profile": step_profile.docs_table,
+  "gemv_chain": gemv_chain.docs_table,
 }
 
 
