@@ -15,6 +15,9 @@ in several formulations:
 - `xla_transposed`: `W^T x` as a [N, 1] column (the operands swapped, which changes Eigen's split of the work);
 - `xla_tp2`: tensor parallel over two host devices (`shard_map`; W split by columns, then by rows, a `psum`
   after each pair), each device's part on its own thread;
+- `step`: the whole decode step itself, for comparison (`benchmarks.decoding`'s runner: `primal_state` at
+  context 1,024, batch 1, the difference of a `--steps` and a 1-step greedy loop per token; its bytes are every
+  weight it reads and its state);
 - `numpy`: the same chain with NumPy (its BLAS decides the threads; each product and tanh is a Python call, so
   this row also shows what dispatching the step op by op from the host would cost).
 
@@ -35,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-FORMULATIONS = ("xla", "xla_split2", "xla_transposed", "numpy")
+FORMULATIONS = ("xla", "xla_split2", "xla_transposed", "numpy", "step")
 TP = "xla_tp2"
 # (cores, host devices, formulations) of each worker process.
 CONFIGURATIONS = ((2, 1, FORMULATIONS), (1, 1, FORMULATIONS), (2, 2, (TP,)))
@@ -161,6 +164,23 @@ def timed(loop, args, repeats: int) -> tuple[float, float]:
   return min(walls), statistics.median(busy)
 
 
+def decode_step_row(args) -> dict:
+  """The whole PrimalFormer decode step at context 1,024, batch 1: ms per token (`benchmarks.decoding`'s runner)."""
+  import statistics
+
+  from benchmarks.decoding import marginal_times, prepared_runner
+
+  step_args = argparse.Namespace(
+    layers=args.layers, dim=args.dim, heads=args.heads, low_rank=args.low_rank, steps=args.steps, fill="synthetic",
+    prefill_chunk=256, softmax_impl="einsum",
+  )  # fmt: skip
+  step_args.repeats = args.repeats
+  run, sizes, samples = prepared_runner("primal_state", 1024, 1, step_args)
+  seconds = marginal_times({"step": run}, {"step": samples}, step_args, "context 1024")["step"]
+  busy = statistics.median(samples["cpu_per_wall"])
+  return {"formulation": "step", "ms_per_chain": 1e3 * seconds, "cpu_per_wall": busy, "bytes": sizes["bytes_per_step"]}
+
+
 def worker(args) -> dict:
   """One configuration's measurements: each formulation's chain and the read bound at its bytes."""
   import jax
@@ -171,19 +191,26 @@ def worker(args) -> dict:
   nbytes = sum(w.nbytes for w in mats)
   rows = []
   for formulation in args.formulations.split(","):
+    if formulation == "step":
+      rows.append(decode_step_row(args))
+      continue
     if formulation == "numpy":
       loop, loop_args = numpy_runner(mats, args.steps)
     else:
       loop, loop_args = xla_runner(formulation, mats, args.steps)
     seconds, busy = timed(loop, loop_args, args.repeats)
     rows.append({"formulation": formulation, "ms_per_chain": 1e3 * seconds / args.steps, "cpu_per_wall": busy})
-  read = harness.read_bandwidth_at(nbytes, repeats=args.sized_repeats)
+  rates = {}
   for row in rows:
-    row["bound_ms"] = 1e3 * nbytes / read["best"]
+    row.setdefault("bytes", nbytes)
+    if row["bytes"] not in rates:
+      rates[row["bytes"]] = harness.read_bandwidth_at(row["bytes"], repeats=args.sized_repeats)
+    row["bound_ms"] = 1e3 * row["bytes"] / rates[row["bytes"]]["best"]
     row["bound_fraction"] = row["bound_ms"] / row["ms_per_chain"]
   return {
     "cores": len(os.sched_getaffinity(0)), "host_devices": len(jax.devices()), "bytes": nbytes,
-    "products": len(mats), "read_bandwidth": read, "rows": rows,
+    "products": len(mats), "read_bandwidth": rates[nbytes] if nbytes in rates else next(iter(rates.values())),
+    "rows": rows,
   }  # fmt: skip
 
 
@@ -217,9 +244,11 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--cores", type=int, default=0, help=argparse.SUPPRESS)
   parser.add_argument("--formulations", default=",".join(FORMULATIONS), help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
-  for name in ("layers", "dim", "heads", "steps", "repeats", "sized_repeats"):
+  for name in ("layers", "dim", "heads", "repeats", "sized_repeats"):
     if getattr(args, name) < 1:
       parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+  if args.steps < 2:
+    parser.error(f"--steps must be >= 2 (the step's time per token is a difference of two loops), got {args.steps}")
   return args
 
 

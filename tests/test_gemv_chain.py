@@ -62,21 +62,26 @@ def test_an_unknown_formulation_and_an_even_chain_are_refused(mats):
     gc.tensor_parallel(mats[:-1])
 
 
-@pytest.mark.parametrize("flag", ["--steps=0", "--repeats=0", "--dim=0"])
+@pytest.mark.parametrize("flag", ["--steps=1", "--repeats=0", "--dim=0"])
 def test_counts_below_one_are_refused(flag):
   with pytest.raises(SystemExit):
     gc.parse_args([flag])
 
 
 def test_the_worker_records_every_formulation_against_one_bound():
-  args = gc.parse_args(["--layers=1", "--dim=32", "--heads=2", "--low_rank=4", "--steps=2", "--repeats=2"])
-  args.formulations, args.sized_repeats = "xla,numpy", 1
+  args = gc.parse_args(["--layers=1", "--dim=32", "--heads=2", "--low_rank=4", "--steps=8", "--repeats=3"])
+  args.formulations, args.sized_repeats = "xla,numpy,step", 1
   record = gc.worker(args)
-  assert [r["formulation"] for r in record["rows"]] == ["xla", "numpy"]
+  assert [r["formulation"] for r in record["rows"]] == ["xla", "numpy", "step"]
   assert record["products"] == 6 and record["bytes"] == 4 * (3 * 32 * 32 + 2 * 32 * 128 + 32 * 256)
+  chain, _, step = record["rows"]
+  assert chain["bytes"] == record["bytes"]
+  assert chain["bound_ms"] == pytest.approx(1e3 * record["bytes"] / record["read_bandwidth"]["best"])
+  # The step reads every weight (biases, norms, Primal's head weights, one embedding row each) and its state.
+  _, params = build("primal_state", 1024, type("A", (), {**SMALL, "layers": 1, "softmax_impl": "einsum"})())
+  assert step["bytes"] > weight_bytes(params, 1) > record["bytes"]
   for row in record["rows"]:
     assert row["ms_per_chain"] > 0 and row["bound_fraction"] == pytest.approx(row["bound_ms"] / row["ms_per_chain"])
-    assert row["bound_ms"] == pytest.approx(1e3 * record["bytes"] / record["read_bandwidth"]["best"])
 
 
 def test_the_committed_record_renders_its_table():

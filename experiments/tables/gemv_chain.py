@@ -27,19 +27,21 @@ def record_markdown(results: Mapping) -> str:
   for configuration in configurations:
     for row in configuration["rows"]:
       body.append([
-        f"`{row['formulation']}`", _cores(configuration), f"{row['ms_per_chain']:.3f}", f"{row['bound_ms']:.3f}",
+        f"`{row['formulation']}`", _cores(configuration), f"{row.get('bytes', first['bytes']) / 2**20:.2f}",
+        f"{row['ms_per_chain']:.3f}", f"{row['bound_ms']:.3f}",
         f"{100 * row['bound_fraction']:.0f}%", f"{row['cpu_per_wall']:.2f}",
       ])  # fmt: skip
-  header = ["formulation", "cores", "ms per chain", "read bound ms", "fraction of bound", "CPU s / wall s"]
+  header = ["formulation", "cores", "MiB read", "ms per chain (step: per token)", "read bound ms", "fraction of bound"]
+  header.append("CPU s / wall s")
   rates = "; ".join(
     f"{_cores(c)}: {c['read_bandwidth']['best'] / 1e9:.1f} GB/s" for c in configurations if c["host_devices"] == 1
   )
   meta = results["meta"]
   return "\n\n".join([
     f"The decode step's {first['products']} weight products ({first['bytes'] / 2**20:.2f} MiB), chained, "
-    "batch 1; the bound is those bytes at the best read-only stream over a buffer of that size on the same cores "
-    f"({rates}).",
-    markdown.table(header, body, aligns=["l", "l", "r", "r", "r", "r"]),
+    "batch 1, and the whole decode step (`step`: ms per token, its weights and state); each bound is a row's bytes "
+    f"at the best read-only stream over a buffer of that size on the same cores ({rates}).",
+    markdown.table(header, body, aligns=["l", "l", "r", "r", "r", "r", "r"]),
     f"Commit {(meta.get('git_commit') or '?')[:12]}, {meta['date']}; `{meta['command']}`.",
   ])  # fmt: skip
 
