@@ -47,8 +47,8 @@ def test_readme_results_state_only_figures_of_generated_sections():
 
 def test_a_figure_of_no_record_in_the_readme_summary_is_named():
   results = _section((ROOT / "README.md").read_text(), "## Results")
-  claim = results + "\nPrimal.+DT beats DT by 12.34 points, 42.42x faster, in 97% of seeds.\n"
-  assert unbacked_figures(claim, generated_text()) == ["12.34", "42.42x", "97%"]
+  claim = results + "\nPrimal.+DT beats DT by 12.34 points, 42.42x faster, in 97.31% of seeds.\n"
+  assert unbacked_figures(claim, generated_text()) == ["12.34", "42.42x", "97.31"]
 
 
 # (document, table, a figure of the record that the table shows)

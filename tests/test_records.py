@@ -116,7 +116,7 @@ def stop_after_parsing(monkeypatch):
 
 def _binaries() -> dict:
   """module -> the function that parses its command line (the arguments after `python -m MODULE`)."""
-  from benchmarks import decoding, efficiency, vs_release
+  from benchmarks import decoding, efficiency, gemv_chain, vs_release
   from experiments import make_d4rl_dataset, pathfinder_learnability
   from primal_jax.cli import generate
   from primal_jax.cli.train import parse_command_line
@@ -129,6 +129,7 @@ def _binaries() -> dict:
     "benchmarks.decoding": decoding.parse_args,
     "benchmarks.efficiency": efficiency.parse_args,
     "benchmarks.vs_release": vs_release.parse_args,
+    "benchmarks.gemv_chain": gemv_chain.parse_args,
   }
 
 
