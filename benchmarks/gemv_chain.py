@@ -21,6 +21,10 @@ in several formulations:
 - `numpy`: the same chain with NumPy (its BLAS decides the threads; each product and tanh is a Python call, so
   this row also shows what dispatching the step op by op from the host would cost).
 
+On two cores it also chains square [K, K] products alone (K = `--widths`), over distinct weights of about the
+chain's bytes (so they are read from the same cache level), to show from which size a product shares its work
+between the cores (CPU seconds per wall second above 1).
+
 Each configuration runs in a process of its own, started with its cores (`--cores`: 2, then 1, pinned before JAX
 starts; `xla_tp2` with two host devices), which also measures the read-only bound at the chain's bytes
 (`harness.read_bandwidth_at`, the best of four streams) on the same cores. So the table shows what each
@@ -41,7 +45,8 @@ from pathlib import Path
 FORMULATIONS = ("xla", "xla_split2", "xla_transposed", "numpy", "step")
 TP = "xla_tp2"
 # (cores, host devices, formulations) of each worker process.
-CONFIGURATIONS = ((2, 1, FORMULATIONS), (1, 1, FORMULATIONS), (2, 2, (TP,)))
+SIZES = "sizes"  # the square products by width (two cores only)
+CONFIGURATIONS = ((2, 1, (*FORMULATIONS, SIZES)), (1, 1, FORMULATIONS), (2, 2, (TP,)))
 
 
 def weight_matrices(layers: int, dim: int, heads: int, low_rank: int) -> list:
@@ -181,6 +186,26 @@ def decode_step_row(args) -> dict:
   return {"formulation": "step", "ms_per_chain": 1e3 * seconds, "cpu_per_wall": busy, "bytes": sizes["bytes_per_step"]}
 
 
+def size_rows(widths: list[int], nbytes: int, args) -> list[dict]:
+  """Square products by width: ms and GB/s per product, and the threads they keep busy."""
+  import numpy as np
+
+  rows = []
+  rng = np.random.default_rng(0)
+  for k in widths:
+    count = max(1, nbytes // (4 * k * k))
+    mats = [(rng.standard_normal((k, k)) / np.sqrt(k)).astype(np.float32) for _ in range(count)]
+    loop, loop_args = xla_runner("xla", mats, args.steps)
+    seconds, busy = timed(loop, loop_args, args.repeats)
+    per_product = seconds / args.steps / count
+    rows.append({
+      "width": k, "products": count, "mib_each": 4 * k * k / 2**20, "us_per_product": 1e6 * per_product,
+      "bytes_per_s": 4 * k * k / per_product, "cpu_per_wall": busy,
+    })  # fmt: skip
+    del mats, loop_args
+  return rows
+
+
 def worker(args) -> dict:
   """One configuration's measurements: each formulation's chain and the read bound at its bytes."""
   import jax
@@ -189,8 +214,11 @@ def worker(args) -> dict:
 
   mats = weight_matrices(args.layers, args.dim, args.heads, args.low_rank)
   nbytes = sum(w.nbytes for w in mats)
-  rows = []
+  rows, sizes = [], []
   for formulation in args.formulations.split(","):
+    if formulation == SIZES:
+      sizes = size_rows([int(k) for k in args.widths.split(",")], nbytes, args)
+      continue
     if formulation == "step":
       rows.append(decode_step_row(args))
       continue
@@ -210,7 +238,7 @@ def worker(args) -> dict:
   return {
     "cores": len(os.sched_getaffinity(0)), "host_devices": len(jax.devices()), "bytes": nbytes,
     "products": len(mats), "read_bandwidth": rates[nbytes] if nbytes in rates else next(iter(rates.values())),
-    "rows": rows,
+    "rows": rows, "sizes": sizes,
   }  # fmt: skip
 
 
@@ -227,7 +255,7 @@ def run_configuration(cores: int, devices: int, formulations, args) -> dict:
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-MODEL_FLAGS = ("layers", "dim", "heads", "low_rank", "steps", "repeats", "sized_repeats")
+MODEL_FLAGS = ("layers", "dim", "heads", "low_rank", "steps", "repeats", "sized_repeats", "widths")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -239,6 +267,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   parser.add_argument("--steps", type=int, default=64, help="chains per timed call")
   parser.add_argument("--repeats", type=int, default=20)
   parser.add_argument("--sized_repeats", type=int, default=5)
+  parser.add_argument("--widths", default="256,512,1024,2048", help="K of the square [K, K] products alone")
   parser.add_argument("--out", default="", help="folder for gemv_chain.json and gemv_chain.md")
   parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   parser.add_argument("--cores", type=int, default=0, help=argparse.SUPPRESS)
@@ -247,6 +276,12 @@ def parse_args(argv=None) -> argparse.Namespace:
   for name in ("layers", "dim", "heads", "repeats", "sized_repeats"):
     if getattr(args, name) < 1:
       parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+  try:
+    widths = [int(k) for k in args.widths.split(",")]
+  except ValueError:
+    widths = []
+  if not widths or min(widths) < 1:
+    parser.error(f"--widths must be positive integers separated by commas, got {args.widths!r}")
   if args.steps < 2:
     parser.error(f"--steps must be >= 2 (the step's time per token is a difference of two loops), got {args.steps}")
   return args

@@ -62,7 +62,7 @@ def test_an_unknown_formulation_and_an_even_chain_are_refused(mats):
     gc.tensor_parallel(mats[:-1])
 
 
-@pytest.mark.parametrize("flag", ["--steps=1", "--repeats=0", "--dim=0"])
+@pytest.mark.parametrize("flag", ["--steps=1", "--repeats=0", "--dim=0", "--widths=", "--widths=64,x", "--widths=0"])
 def test_counts_below_one_are_refused(flag):
   with pytest.raises(SystemExit):
     gc.parse_args([flag])
@@ -70,8 +70,11 @@ def test_counts_below_one_are_refused(flag):
 
 def test_the_worker_records_every_formulation_against_one_bound():
   args = gc.parse_args(["--layers=1", "--dim=32", "--heads=2", "--low_rank=4", "--steps=8", "--repeats=3"])
-  args.formulations, args.sized_repeats = "xla,numpy,step", 1
+  args.formulations, args.sized_repeats, args.widths = "xla,numpy,step,sizes", 1, "32,64"
   record = gc.worker(args)
+  # The square products alone: about the chain's bytes in [K, K] matrices of each width.
+  assert [(r["width"], r["products"]) for r in record["sizes"]] == [(32, 19), (64, 4)]
+  assert all(r["us_per_product"] > 0 and r["bytes_per_s"] > 0 for r in record["sizes"])
   assert [r["formulation"] for r in record["rows"]] == ["xla", "numpy", "step"]
   assert record["products"] == 6 and record["bytes"] == 4 * (3 * 32 * 32 + 2 * 32 * 128 + 32 * 256)
   chain, _, step = record["rows"]

@@ -37,11 +37,24 @@ def record_markdown(results: Mapping) -> str:
     f"{_cores(c)}: {c['read_bandwidth']['best'] / 1e9:.1f} GB/s" for c in configurations if c["host_devices"] == 1
   )
   meta = results["meta"]
+  parts = []
+  for c in configurations:
+    if c.get("sizes"):
+      size_body = [
+        [f"{r['width']:,}", f"{r['mib_each']:.2f}", r["products"], f"{r['us_per_product']:.1f}",
+         f"{r['bytes_per_s'] / 1e9:.1f}", f"{r['cpu_per_wall']:.2f}"]
+        for r in c["sizes"]
+      ]  # fmt: skip
+      parts.append(
+        f"Square [K, K] products alone, chained over distinct weights of about the same bytes, {_cores(c)}:\n\n"
+        + markdown.table(["K", "MiB each", "products", "us per product", "GB/s", "CPU s / wall s"], size_body)
+      )
   return "\n\n".join([
     f"The decode step's {first['products']} weight products ({first['bytes'] / 2**20:.2f} MiB), chained, "
     "batch 1, and the whole decode step (`step`: ms per token, its weights and state); each bound is a row's bytes "
     f"at the best read-only stream over a buffer of that size on the same cores ({rates}).",
     markdown.table(header, body, aligns=["l", "l", "r", "r", "r", "r", "r"]),
+    *parts,
     f"Commit {(meta.get('git_commit') or '?')[:12]}, {meta['date']}; `{meta['command']}`.",
   ])  # fmt: skip
 
