@@ -21,15 +21,15 @@ in several formulations:
 - `numpy`: the same chain with NumPy (its BLAS decides the threads; each product and tanh is a Python call, so
   this row also shows what dispatching the step op by op from the host would cost).
 
-On two cores it also chains square [K, K] products alone (K = `--widths`), over distinct weights of about the
+On all cores it also chains square [K, K] products alone (K = `--widths`), over distinct weights of about the
 chain's bytes (so they are read from the same cache level), to show from which size a product shares its work
 between the cores (CPU seconds per wall second above 1).
 
-Each configuration runs in a process of its own, started with its cores (`--cores`: 2, then 1, pinned before JAX
-starts; `xla_tp2` with two host devices), which also measures the read-only bound at the chain's bytes
-(`harness.read_bandwidth_at`, the best of four streams) on the same cores. So the table shows what each
-formulation reaches on two cores and on one against the bound of that many cores, and the CPU seconds per wall
-second of its loop (how many threads it keeps busy).
+Each configuration runs in a process of its own on the host CPU (`JAX_PLATFORMS=cpu`), started with its cores
+(`--cores`: every core this process may use, then 1, pinned before JAX starts; `xla_tp2` with two host devices),
+which also measures the read-only bound at the chain's bytes (`harness.read_bandwidth_at`, the best of four
+streams) on the same cores. So the table shows what each formulation reaches on all cores and on one against the
+bound of that many cores, and the CPU seconds per wall second of its loop (how many threads it keeps busy).
 """
 
 from __future__ import annotations
@@ -44,9 +44,14 @@ from pathlib import Path
 
 FORMULATIONS = ("xla", "xla_split2", "xla_transposed", "numpy", "step")
 TP = "xla_tp2"
-# (cores, host devices, formulations) of each worker process.
-SIZES = "sizes"  # the square products by width (two cores only)
-CONFIGURATIONS = ((2, 1, (*FORMULATIONS, SIZES)), (1, 1, FORMULATIONS), (2, 2, (TP,)))
+SIZES = "sizes"  # the square products by width (all cores only)
+
+
+def configurations(cores: int) -> list[tuple[int, int, tuple[str, ...]]]:
+  """(cores, host devices, formulations) of each worker process: all `cores`, then one, then the two-device split."""
+  if cores < 2:
+    return [(1, 1, (*FORMULATIONS, SIZES))]
+  return [(cores, 1, (*FORMULATIONS, SIZES)), (1, 1, FORMULATIONS), (cores, 2, (TP,))]
 
 
 def weight_matrices(layers: int, dim: int, heads: int, low_rank: int) -> list:
@@ -244,7 +249,7 @@ def worker(args) -> dict:
 
 def run_configuration(cores: int, devices: int, formulations, args) -> dict:
   """`worker` in a fresh process pinned to `cores` cores with `devices` host devices."""
-  env = dict(os.environ)
+  env = dict(os.environ, JAX_PLATFORMS="cpu")  # the host's cores are what this measures, wherever JAX could run
   if devices > 1:
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
   command = [sys.executable, "-m", "benchmarks.gemv_chain", "--worker", f"--cores={cores}"]
@@ -298,13 +303,14 @@ def main(argv=None) -> dict:
   from experiments.tables.gemv_chain import record_markdown
   from primal_jax.provenance import checkout, provenance
 
-  configurations = [run_configuration(c, d, f, args) for c, d, f in CONFIGURATIONS]
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+  measured = [run_configuration(c, d, f, args) for c, d, f in configurations(cores)]
   meta = {
     "git_commit": checkout()[0], "provenance": provenance(), "date": time.strftime("%Y-%m-%d"),
     "command": "python -m benchmarks.gemv_chain " + " ".join(f"--{k}={getattr(args, k)}" for k in MODEL_FLAGS),
     "config": {k: getattr(args, k) for k in MODEL_FLAGS},
   }  # fmt: skip
-  results = {"meta": meta, "configurations": configurations}
+  results = {"meta": meta, "configurations": measured}
   text = record_markdown(results)
   print(text)
   if args.out:

@@ -98,3 +98,8 @@ def test_the_committed_record_renders_its_table():
   assert results["meta"]["git_commit"][:12] in text
   with pytest.raises(ValueError, match="no configurations"):
     record_markdown({**results, "configurations": []})
+
+
+def test_the_configurations_are_all_cores_then_one_then_two_devices():
+  assert gc.configurations(16) == [(16, 1, (*gc.FORMULATIONS, gc.SIZES)), (1, 1, gc.FORMULATIONS), (16, 2, (gc.TP,))]
+  assert gc.configurations(1) == [(1, 1, (*gc.FORMULATIONS, gc.SIZES))]  # nothing to compare on one core
