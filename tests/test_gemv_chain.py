@@ -87,13 +87,16 @@ def test_the_worker_records_every_formulation_against_one_bound():
     assert row["ms_per_chain"] > 0 and row["bound_fraction"] == pytest.approx(row["bound_ms"] / row["ms_per_chain"])
 
 
-def test_the_committed_record_renders_its_table():
+@pytest.mark.parametrize("name", ["gemv_chain", "gemv_chain_widths"])
+def test_the_committed_records_render_their_tables(name):
   from experiments.tables.common import BENCHMARK_RESULTS
 
-  results = json.loads((BENCHMARK_RESULTS / "gemv_chain" / "gemv_chain.json").read_text())
+  results = json.loads((BENCHMARK_RESULTS / name / "gemv_chain.json").read_text())
   text = record_markdown(results)
   rows = [line for line in text.splitlines() if line.startswith("| `")]
   assert len(rows) == sum(len(c["rows"]) for c in results["configurations"])
+  widths = [r["width"] for c in results["configurations"] for r in c.get("sizes", [])]
+  assert [int(line.split("|")[1].replace(",", "")) for line in text.splitlines() if line[2:3].isdigit()] == widths
   assert {c["cores"] for c in results["configurations"]} == {1, 2}
   assert results["meta"]["git_commit"][:12] in text
   with pytest.raises(ValueError, match="no configurations"):
