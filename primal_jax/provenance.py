@@ -79,6 +79,11 @@ def device_summary() -> dict:
   }
 
 
+def cores() -> int | None:
+  """The cores this process may run on (its affinity: `taskset` pins a run below the host's `cpus`)."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def provenance(argv: list[str] | None = None, *, devices: bool = True) -> dict:
   """The record's origin: commit and whether the tree was dirty (the process's `checkout` snapshot), argv
   (`sys.argv` unless given), UTC date, host, devices (`devices=False` leaves JAX unimported), library versions."""
@@ -88,7 +93,7 @@ def provenance(argv: list[str] | None = None, *, devices: bool = True) -> dict:
     "dirty": dirty,
     "argv": list(sys.argv if argv is None else argv),
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "host": {"system": platform.system(), "machine": platform.machine(), "cpus": os.cpu_count()},
+    "host": {"system": platform.system(), "machine": platform.machine(), "cpus": os.cpu_count(), "cores": cores()},
     "versions": library_versions(),
   }
   if devices:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -56,3 +58,15 @@ def test_the_default_matmul_precision_is_recorded(fresh_snapshot):
     assert provenance.device_summary()["matmul_precision"] is None  # the platform's default
   with jax.default_matmul_precision("highest"):
     assert provenance.provenance([])["devices"]["matmul_precision"] == "highest"
+
+
+def test_the_cores_a_pinned_process_may_use_are_recorded(fresh_snapshot):
+  """A run pinned to one core (`taskset -c 0`) says so beside the host's CPU count: its wall time is one core's."""
+  script = (
+    "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); from primal_jax import provenance; "
+    "print(provenance.provenance([], devices=False)['host']['cores'])"
+  )
+  pinned = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+  assert pinned.stdout.strip() == "1", pinned.stderr[-2000:]
+  host = provenance.provenance([], devices=False)["host"]
+  assert host["cores"] == len(os.sched_getaffinity(0)) and host["cpus"] == os.cpu_count()
