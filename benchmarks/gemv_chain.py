@@ -58,7 +58,6 @@ def weight_matrices(layers: int, dim: int, heads: int, low_rank: int) -> list:
   """The decode step's [K, N] weight products in the step's order (float32 NumPy, the model's initialisation, each
   scaled to unit gain, W / (std(W) sqrt(K)): the chain's values then stay of order 1 instead of decaying into
   subnormals, which NumPy would not flush to zero as XLA:CPU does)."""
-  import jax
   import numpy as np
 
   from benchmarks.decoding import build
@@ -74,7 +73,6 @@ def weight_matrices(layers: int, dim: int, heads: int, low_rank: int) -> list:
     mats.append(np.asarray(attention["out"]["kernel"]).reshape(-1, dim))  # [H, p, D] -> [H p, D]
     mats += [np.asarray(mlp["fc_in"]["kernel"]), np.asarray(mlp["fc_out"]["kernel"])]
   mats.append(np.asarray(params["lm_head"]["kernel"]))
-  jax.clear_caches()
   return [(w / (w.std() * np.sqrt(w.shape[0]))).astype(np.float32) for w in mats]
 
 
@@ -140,7 +138,7 @@ def tensor_parallel(mats: list):
     return jnp.broadcast_to(1.0 + jnp.mean(y), x.shape)
 
   chain = jax.shard_map(local, mesh=mesh, in_specs=(P(), specs), out_specs=P(), check_vma=False)
-  return (lambda x, ws: chain(x, ws)), weights
+  return chain, weights
 
 
 def numpy_runner(mats: list, steps: int):
@@ -233,7 +231,8 @@ def worker(args) -> dict:
       loop, loop_args = xla_runner(formulation, mats, args.steps)
     seconds, busy = timed(loop, loop_args, args.repeats)
     rows.append({"formulation": formulation, "ms_per_chain": 1e3 * seconds / args.steps, "cpu_per_wall": busy})
-  rates = {}
+  # The chain's bytes always (the configuration's bandwidth), then each other size a row reads.
+  rates = {nbytes: harness.read_bandwidth_at(nbytes, repeats=args.sized_repeats)}
   for row in rows:
     row.setdefault("bytes", nbytes)
     if row["bytes"] not in rates:
@@ -242,7 +241,7 @@ def worker(args) -> dict:
     row["bound_fraction"] = row["bound_ms"] / row["ms_per_chain"]
   return {
     "cores": len(os.sched_getaffinity(0)), "host_devices": len(jax.devices()), "bytes": nbytes,
-    "products": len(mats), "read_bandwidth": rates[nbytes] if nbytes in rates else next(iter(rates.values())),
+    "products": len(mats), "read_bandwidth": rates[nbytes],
     "rows": rows, "sizes": sizes,
   }  # fmt: skip
 

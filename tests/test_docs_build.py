@@ -7,6 +7,7 @@ outside the table of contents fails the build, and the test prints every warning
 
 from __future__ import annotations
 
+import fcntl
 import pkgutil
 import re
 import subprocess
@@ -21,12 +22,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-  out = tmp_path_factory.mktemp("site")
-  command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E", "-b", "html", "-c", "docs"]
-  command += ["-d", str(out / ".doctrees"), ".", str(out)]
-  result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-  assert result.returncode == 0, result.stderr[-6000:]
+def site(tmp_path_factory, worker_id) -> Path:
+  """The site, built once per test session. docs/conf.py regenerates docs/_autosummary in the checkout, so two
+  builds at once (this module's tests on two xdist workers) delete each other's pages: the workers share one
+  build, the first to take the lock making it and the other reading its result."""
+  shared = tmp_path_factory.mktemp("site").parent if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+  out, stderr = shared / "docs_site", shared / "docs_site.stderr"
+  with open(shared / "docs_site.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    if not stderr.exists():
+      command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E", "-b", "html", "-c", "docs"]
+      command += ["-d", str(out / ".doctrees"), ".", str(out)]
+      result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+      stderr.write_text(f"sphinx exited {result.returncode}\n{result.stderr}" if result.returncode else "")
+  failure = stderr.read_text()
+  assert not failure, failure[-6000:]
   return out
 
 
