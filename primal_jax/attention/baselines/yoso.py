@@ -31,9 +31,38 @@ from primal_jax.validation import check_positive
 QUERY_BLOCK = 512
 
 
+# Abramowitz & Stegun 4.4.46: arccos(a) = sqrt(1 - a) (c0 + c1 a + ... + c7 a^7) on [0, 1], |error| <= 2.2e-8
+# (printed as 2e-8; at a = 0 it is 2.18e-8).
+ARCCOS_COEFFICIENTS = (
+  1.5707963050,
+  -0.2145988016,
+  0.0889789874,
+  -0.0501743046,
+  0.0308918810,
+  -0.0170881256,
+  0.0066700901,
+  -0.0012624911,
+)
+
+
+def polynomial_arccos(x: jax.Array) -> jax.Array:
+  """arccos on [-1, 1] (A&S 4.4.46 on abs(x), pi minus it below 0): exact at -1 and 1.
+
+  Arithmetic only, so it vectorises: XLA:CPU lowers `jnp.arccos` to an atan2 that it does not, and YOSO-E
+  takes one arccos per query-key pair, forward and again in the backward (`benchmarks/efficiency.py`,
+  `--variants=yoso_e`, times the step). Within float32 rounding of the exact value (tests).
+  """
+  a = jnp.abs(x)
+  poly = jnp.full_like(a, ARCCOS_COEFFICIENTS[-1])
+  for c in ARCCOS_COEFFICIENTS[-2::-1]:
+    poly = poly * a + c
+  angle = jnp.sqrt(jnp.maximum(1.0 - a, 0.0)) * poly
+  return jnp.where(x < 0, math.pi - angle, angle)
+
+
 def collision_probability(cosine: jax.Array, tau: int) -> jax.Array:
   """(1 - arccos(x) / pi)^tau, with x clipped to [-1, 1] (rounding can put abs(q^ . k^) just above 1)."""
-  return (1.0 - jnp.arccos(jnp.clip(cosine, -1.0, 1.0)) / math.pi) ** tau
+  return (1.0 - polynomial_arccos(jnp.clip(cosine, -1.0, 1.0)) / math.pi) ** tau
 
 
 def _expectation(q_hat, k_hat, q_weight, k_weight, tau):
