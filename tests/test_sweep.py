@@ -245,9 +245,9 @@ def test_stored_rows_match_the_committed_uea_tables():
 # --- real runs: caching, a second invocation, a killed run
 
 
-def tiny_sweep(data_dir: str, seeds=(0,), protocols=("release",)) -> Sweep:
+def tiny_sweep(data_dir: str, seeds=(0,), protocols=("release",), resumable=False) -> Sweep:
   """Smoke-sized runs of 2 steps; the first row is listed in two tables (one run, two rows)."""
-  overrides = {"total_steps": 2, "data.data_dir": data_dir, "checkpoint_on_eval": False}
+  overrides = {"total_steps": 2, "data.data_dir": data_dir, "checkpoint_on_eval": resumable}
   a, b = Cell("t1", (("model", "PrimalFormer"),), 98.4), Cell("t2", (("eta", "0.5"),))
   c = Cell("t1", (("model", "Trans."),), 98.7)
   runs = []
@@ -314,6 +314,38 @@ def test_killed_subprocess_run_is_the_only_one_rerun(data_dir, tmp_path):
   assert (tmp_path / "runs" / keys[0] / RESULT_FILE).read_bytes() == first
   rows = write_results(sweep, tmp_path)
   assert [(r.cell.table, r.n) for r in rows] == [("t1", 1), ("t2", 1), ("t1", 1)]
+
+
+def test_a_resumed_run_records_the_time_of_all_its_attempts(data_dir, tmp_path):
+  """SIGTERM stops the second run (it saves and exits); resumed, its result's wall_seconds sums both attempts."""
+  sweep = tiny_sweep(data_dir, resumable=True)
+  keys = list(plan(sweep.runs))
+  pids, stopped = [], []
+
+  def print_fn(line: str) -> None:
+    if line.startswith(f"  {keys[1]}: pid "):
+      pids.append(int(line.rsplit(" ", 1)[1]))
+    if pids and not stopped and line.startswith("  | step 1/"):
+      os.kill(pids[0], signal.SIGTERM)
+      stopped.append(pids[0])
+
+  report = run_sweep(sweep, tmp_path, mode="subprocess", echo=True, print_fn=print_fn)
+  assert stopped and report["ran"] == [keys[0]] and report["preempted"] and not report["failed"]
+  run_dir = tmp_path / "runs" / keys[1]
+  (first,) = json.loads((run_dir / "attempts.json").read_text())
+  assert first["outcome"] == "preempted" and first["seconds"] > 0
+  assert not (run_dir / RESULT_FILE).exists()
+
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
+  assert report["ran"] == [keys[1]] and not report["failed"]
+  result = json.loads((run_dir / RESULT_FILE).read_text())
+  assert [a["outcome"] for a in result["attempts"]] == ["preempted", "finished"]
+  assert result["attempts"][0] == first and result["attempts"][1]["seconds"] > 0
+  assert result["wall_seconds"] == pytest.approx(first["seconds"] + result["attempts"][1]["seconds"], rel=1e-12)
+  once = json.loads((tmp_path / "runs" / keys[0] / RESULT_FILE).read_text())
+  assert [a["outcome"] for a in once["attempts"]] == ["finished"] and once["wall_seconds"] == once["attempts"][0][
+    "seconds"
+  ]
 
 
 def test_shards_partition_the_runs_and_lock_apart(data_dir, tmp_path):

@@ -13,7 +13,11 @@ by seed, its t interval and verdict) and `paired` (the paired-difference tables 
 
 Layout of a sweep directory:
   runs/<hash>/               the run's workdir (config.json, metrics.jsonl, summary.json, train.log, ...)
-  runs/<hash>/result.json    written atomically when the run has finished; its presence means "done"
+  runs/<hash>/result.json    written atomically when the run has finished; its presence means "done". Its
+                             wall_seconds sums the run's attempts (`attempts`: each one's seconds and outcome)
+  runs/<hash>/attempts.json  the attempts that ended without a result (stopped, preempted, failed); an attempt
+                             killed outright (SIGKILL) is not in it. Records from before 2026-11-28 hold only
+                             the last attempt's time.
   results.md, results.csv    the aggregated tables; plots from `Sweep.plot`
   paired.csv                 the paired differences against the baseline rows (a sweep with `baselines`)
   jax_cache/                 JAX's persistent compilation cache (runs of equal shapes compile once)
