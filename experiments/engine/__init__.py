@@ -16,7 +16,7 @@ Layout of a sweep directory:
   runs/<hash>/result.json    written atomically when the run has finished; its presence means "done". Its
                              wall_seconds sums the run's attempts (`attempts`: each one's seconds and outcome)
   runs/<hash>/attempts.json  the attempts that ended without a result (stopped, preempted, failed); an attempt
-                             killed outright (SIGKILL) is not in it. Records from before 2026-11-28 hold only
+                             killed outright (SIGKILL) is not in it. Records from sweeps before commit d399517 hold only
                              the last attempt's time.
   results.md, results.csv    the aggregated tables; plots from `Sweep.plot`
   paired.csv                 the paired differences against the baseline rows (a sweep with `baselines`)

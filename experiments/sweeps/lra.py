@@ -43,12 +43,13 @@ Runs and runtime (2 CPU cores shared with other jobs): listops plans 9 x 3 = 27 
 5 x 3 = 15 each (57 runs). Recorded `short` runs (experiments/results/lra_short/): ListOps PrimalFormer 15 min,
 Trans. 98 min (N^2 at 2,000 tokens); Image PrimalFormer 8.4 min, Trans. 40 min; Pathfinder PrimalFormer 12 min.
 Timed ListOps steps (batch 32, 5 steps after compilation, load average ~3.5; Performer's before its random
-directions became a constant of the step, commit 5a14132, which took a QR out of its every call): YOSO-E 13 s,
-Performer 3.5 s, Reformer 3.2 s, Longformer 3.0 s, so their 600-step runs take about 2.5 h, 45, 40 and 40 min
-with evaluations.
-Estimate: about 8 h per ListOps seed (24 h for listops); with the default image baselines (YOSO-E's N^2 at
-784-1,024 tokens dominates) about 2 h per Image seed and 4.5 h per Pathfinder seed (6 h and 14 h). An
-accelerator (`--shard=I/N`, several processes sharing it) is the place for listops' N^2 rows:
+directions became a constant of the step, commit 5a14132, which took a QR out of its every call; YOSO-E's before
+its arccos became a polynomial, commit 56da379): YOSO-E 13 s, Performer 3.5 s, Reformer 3.2 s, Longformer 3.0 s,
+so their 600-step runs take about 2.5 h, 45, 40 and 40 min with evaluations. The arccos change took YOSO-E's
+step from 1.63x softmax's to 0.76x at N = 2,048, batch 32 (benchmarks/results/yoso_e_arccos_before, _after).
+Estimate, before that change: about 8 h per ListOps seed (24 h for listops); with the default image baselines
+(YOSO-E's N^2 at 784-1,024 tokens dominated) about 2 h per Image seed and 4.5 h per Pathfinder seed (6 h and
+14 h). An accelerator (`--shard=I/N`, several processes sharing it) is the place for listops' N^2 rows:
   tools/device_sweep.sh 520 experiments/sweeps/lra.py listops image,pathfinder:7 listops:9:after
 
 Arguments (`--sweep=experiments/sweeps/lra.py:seeds=3,image_baselines=nystromformer+reformer`):
