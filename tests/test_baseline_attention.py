@@ -388,6 +388,25 @@ def test_iterative_pinv_converges_to_pinv():
   ref.assert_rel_close(iterative_pinv(jnp.asarray(smooth, jnp.float32), 6), np.linalg.pinv(smooth), 1e-4, "6 steps")
 
 
+def test_depthwise_sequence_conv_is_torchs_grouped_conv():
+  """Conv2d(H, H, (K, 1), padding=(K // 2, 0), groups=H) on [B, H, L, p], against a float64 NumPy correlation;
+  value and gradients also against XLA's NCHW grouped conv, the form it replaced (same sums)."""
+  from primal_jax.attention.baselines.nystromformer import depthwise_sequence_conv
+
+  v, kernel = normal(90, (2, 3, 11, 4)), normal(91, (5, 3))
+  padded = np.pad(v.astype(np.float64), ((0, 0), (0, 0), (2, 2), (0, 0)))
+  expected = sum(padded[:, :, i : i + 11] * kernel[i].astype(np.float64)[None, :, None, None] for i in range(5))
+  ref.assert_rel_close(depthwise_sequence_conv(v, kernel), expected, 1e-6, "value")
+
+  def nchw(v, kernel):
+    rhs = jnp.transpose(kernel)[:, None, :, None]
+    return jax.lax.conv_general_dilated(v, rhs, (1, 1), ((2, 2), (0, 0)), None, None, ("NCHW", "OIHW", "NCHW"), 3)
+
+  grad = jax.grad(lambda f, v, k: jnp.sum(jnp.sin(f(v, k))), argnums=(1, 2))
+  for got, want in zip(grad(depthwise_sequence_conv, v, kernel), grad(nchw, v, kernel), strict=True):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_nystromformer_segments_when_length_not_divisible():
   """N = 9 with 4 landmarks: segments floor(i m / N) of sizes 3, 2, 2, 2 (the reference's own rule)."""
   module = _module("nystromformer", num_landmarks=4)
