@@ -142,8 +142,8 @@ def depthwise_sequence_conv(v: jax.Array, kernel: jax.Array) -> jax.Array:
   size, heads = kernel.shape
   b, _, length, p = v.shape
   # As a 1-D depthwise conv with the heads as channels and the p channels of a head as batch: the same sums
-  # as the [B, H, L, p] NCHW form (bit-identical on XLA:CPU), which XLA:CPU ran about 4.7x slower, value and
-  # gradient, at ListOps' shape (docs/benchmarks.md, "Nystromformer's convolution").
+  # as the [B, H, L, p] NCHW form (bit-identical on XLA:CPU), which XLA:CPU runs far slower: the LRA step went
+  # from 0.56x softmax's to 0.26x at N = 2,048 (docs/benchmarks.md, "Nystromformer's convolution").
   x = jnp.transpose(v, (0, 3, 2, 1)).reshape(b * p, length, heads)  # [B p, L, H] (NWC)
   y = jax.lax.conv_general_dilated(
     x,
