@@ -28,7 +28,7 @@ from primal_jax.initializers import linear_inits
 from primal_jax.validation import check_positive
 
 # Queries per block of E (memory O(QUERY_BLOCK * M) instead of O(N * M)).
-QUERY_BLOCK = 512
+QUERY_BLOCK = 256
 
 
 # Abramowitz & Stegun 4.4.46: arccos(a) = sqrt(1 - a) (c0 + c1 a + ... + c7 a^7) on [0, 1], |error| <= 2.2e-8
