@@ -10,7 +10,7 @@ Tables (`--only=` picks some):
     rate too ("DT (lr 1e-3)": the release trains DT and the baselines at the DT code's 1e-4, Primal.+DT at
     1e-3). Paired differences: every row against DT of its dataset, seed by seed.
   table7: Primal.+DT with s in {32, 64, 96} on Hopper medium at the `wide` width (its s = 96 runs are
-    table4_all's Primal.+DT runs).
+    table4_all's Primal.+DT runs). Paired differences: s = 32 and 64 against s = 96 at the same width.
   hopper_medium: DT and Primal.+DT on Hopper medium at the `short` width (p = 16), `seeds` seeds each, and DT at
     Primal.+DT's learning rate (the recorded runs).
   table4: DT and Primal.+DT on every other embedded dataset (Hopper, HalfCheetah x medium, medium-replay,
@@ -135,4 +135,5 @@ def get_sweep(arg: str | None = None) -> Sweep:
     "column is D4RL's own data (not comparable in level, only in direction)."
   )
   baselines = {"table4_all": ("model", "DT"), "hopper_medium": ("model", "DT"), "table4": ("model", "DT")}
+  baselines["table7"] = ("low_rank", "96")  # each s against the paper's s = 96, at the same width
   return Sweep(tuple(runs), titles=TITLES, notes=notes, value_name="D4RL normalised score", baselines=baselines)
