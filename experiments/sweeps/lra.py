@@ -47,9 +47,11 @@ directions became a constant of the step, commit 5a14132, which took a QR out of
 its arccos became a polynomial, commit 56da379): YOSO-E 13 s, Performer 3.5 s, Reformer 3.2 s, Longformer 3.0 s,
 so their 600-step runs take about 2.5 h, 45, 40 and 40 min with evaluations. The arccos change took YOSO-E's
 step from 1.63x softmax's to 0.76x at N = 2,048, batch 32 (benchmarks/results/yoso_e_arccos_before, _after).
-Estimate, before that change: about 8 h per ListOps seed (24 h for listops); with the default image baselines
-(YOSO-E's N^2 at 784-1,024 tokens dominated) about 2 h per Image seed and 4.5 h per Pathfinder seed (6 h and
-14 h). An accelerator (`--shard=I/N`, several processes sharing it) is the place for listops' N^2 rows:
+This sweep's own records so far (one core each, the other core training): ListOps Trans. 100 min, Performer
+28 min (summary `wall_seconds`; docs/results.md's time/run). Estimate, before the arccos change: about 8 h per
+ListOps seed (24 h for listops); with the default image baselines (YOSO-E's N^2 at 784-1,024 tokens dominated)
+about 2 h per Image seed and 4.5 h per Pathfinder seed (6 h and 14 h). An accelerator (`--shard=I/N`, several
+processes sharing it) is the place for listops' N^2 rows:
   tools/device_sweep.sh 520 experiments/sweeps/lra.py listops image,pathfinder:7 listops:9:after
 
 Arguments (`--sweep=experiments/sweeps/lra.py:seeds=3,image_baselines=nystromformer+reformer`):
