@@ -56,6 +56,23 @@ def test_rank_r_matrix_spectrum_recovers_r():
   assert np.all(explained_variance(np.zeros(4)) == 1.0) and np.all(normalized_decay(np.zeros(4)) == 0.0)
 
 
+def test_singular_values_match_the_zero_padded_full_svd():
+  """The per-example real sub-matrix SVD equals float64 SVD of the whole matrix with padding zeroed (1e-10)."""
+  rng = np.random.default_rng(1)
+  valid = rng.random((4, 9)) < 0.6  # not prefixes: real positions anywhere
+  valid[0] = True
+  valid[1] = False  # an example with no real position: all zeros, never NaN
+  square = rng.standard_normal((4, 3, 9, 9))
+  zeroed = square * valid[:, None, :, None] * valid[:, None, None, :]
+  np.testing.assert_allclose(singular_values(square, valid), np.linalg.svd(zeroed, compute_uv=False), atol=1e-10)
+  wide = rng.standard_normal((4, 3, 9, 5))  # cross attention: only rows are masked
+  np.testing.assert_allclose(
+    singular_values(wide, valid), np.linalg.svd(wide * valid[:, None, :, None], compute_uv=False), atol=1e-10
+  )
+  with pytest.raises(ValueError, match="valid must be"):
+    singular_values(square, valid[:, :5])
+
+
 def _numpy_kernel(params, x, mask, *, num_samples, sampling, feature_map, causal):
   """K = phi_q F_X^T F_X phi_k^T per example and head in float64, from SPEC 1-4 (D^-1/2 on both maps)."""
   p64 = ref.to_f64(params)
