@@ -47,8 +47,9 @@ directions became a constant of the step, commit 5a14132, which took a QR out of
 its arccos became a polynomial, commit 56da379): YOSO-E 13 s, Performer 3.5 s, Reformer 3.2 s, Longformer 3.0 s,
 so their 600-step runs take about 2.5 h, 45, 40 and 40 min with evaluations. The arccos change took YOSO-E's
 step from 1.63x softmax's to 0.76x at N = 2,048, batch 32 (benchmarks/results/yoso_e_arccos_before, _after).
-This sweep's own records so far (one core each, the other core training): ListOps Trans. 100 min, Performer
-28 min (summary `wall_seconds`; docs/results.md's time/run). Estimate, before the arccos change: about 8 h per
+This sweep's own records so far (one core each, the other core training; result.json `wall_seconds`): ListOps
+Trans. 100-133 min (133 with a second N^2 run on the other core), Performer 28, Nystromformer 33,
+PrimalFormer 12-16 (eta = 0: 13.5-15.7). Estimate, before the arccos change: about 8 h per
 ListOps seed (24 h for listops); with the default image baselines (YOSO-E's N^2 at 784-1,024 tokens dominated)
 about 2 h per Image seed and 4.5 h per Pathfinder seed (6 h and 14 h). An accelerator (`--shard=I/N`, several
 processes sharing it) is the place for listops' N^2 rows:
