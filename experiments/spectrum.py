@@ -23,9 +23,13 @@ over its models, and pairs every other arm by seed against each `--reference`
   normalized_decay.png    Figure 1 d: sigma_i / sigma_1, one panel per layer, arms overlaid (band as above)
   spectrum.json           per run (label, arm, seed, ...) and layer the curves (mean, std over examples) and
                           statistics; `arms`: the per-arm summary and the paired differences
-  singular_values.npz     raw singular values, key "<run index>/<layer path>" -> [examples, heads, K]
+  singular_values.npz     raw singular values, key "<run index>/<layer path>" -> [examples, heads, K] (computed
+                          runs only)
 
-and prints tables of the components needed for 90% / 99% of the energy per
+Each computed run's entry is also kept in its own workdir (spectrum_<split>_<num_examples>.json,
+`experiments.spectrum_store`; committed with a sweep's run records): a later call reads it where the checkpoint
+is gone, as long as it still describes the run (same config, same checkpoint step). `--nostore` turns this off.
+It prints tables of the components needed for 90% / 99% of the energy per
 run and per arm, and the paired differences (smaller = sharper decay, the
 paper's low-rank claim).
 """
@@ -37,20 +41,22 @@ import operator
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import jax
 import numpy as np
 
+from experiments import spectrum_store
 from experiments.spectrum_arms import (
   PairingError,
+  arm_rows,
   arms_section,
-  block_of,
   check_plan,
+  comparison_rows,
   curve_over_models,
   group_arms,
   layers_by_block,
 )
+from experiments.spectrum_store import MissingRunError
 from primal_jax.analysis.spectrum import (
   SPECTRUM_COLLECTION,
   LayerSpectrum,
@@ -112,6 +118,39 @@ def compute_spectra(experiment, state, split: str, num_examples: int, chunk_size
   if not parts:
     raise ValueError(f"no Primal or softmax attention layer (or no example in split {split!r}) to analyse")
   return [LayerSpectrum.concatenate(p) for p in parts.values()]
+
+
+def computed_run(config, workdir, split: str, num_examples: int, chunk_size: int, step: int | None = None):
+  """(entry, spectra) of the run in `workdir` from its checkpoint (`step`, default the latest): the entry of
+  spectrum.json's runs without what one analysis gives it (label, arm, workdir, source)."""
+  from primal_jax.training.experiment import load_state
+
+  experiment, state = load_state(config, workdir, step=step)
+  spectra = compute_spectra(experiment, state, split, num_examples, chunk_size)
+  entry = {
+    "seed": int(config.seed),
+    "step": int(jax.device_get(state.step)),
+    "family": stack_name(config.model.layers),
+    "eta": float(config.ksvd.get("eta", 0.0)),
+    "layers": [s.summary() for s in spectra],
+  }
+  return entry, spectra
+
+
+def store_run_spectrum(workdir, *, split: str = "test", num_examples: int = 64, chunk_size: int = 16) -> str:
+  """Computes the spectrum of the run in `workdir` and keeps it there (`experiments.spectrum_store`), unless a
+  stored one still describes the run; returns what it did, in one line. A sweep's `after_run` for Figure 1's
+  arms: the spectrum is taken while the checkpoint is there and committed with the run's record."""
+  from primal_jax.training.experiment import load_run_config
+
+  path = spectrum_store.store_path(workdir, split, num_examples)
+  if spectrum_store.load_stored(workdir, split, num_examples) is not None:
+    return f"spectrum already stored in {path}"
+  config = load_run_config(workdir)
+  entry, spectra = computed_run(config, workdir, split, num_examples, chunk_size)
+  spectrum_store.save(workdir, split, num_examples, entry, default_label=run_label(config))
+  k90 = ", ".join(f"{s['stats']['components_90']['mean']:.2f}" for s in entry["layers"])
+  return f"spectrum of {num_examples} {split} examples at step {entry['step']} in {path} (k90 per layer: {k90})"
 
 
 def _x_limit(curves: Sequence[np.ndarray], done) -> float:
@@ -204,42 +243,6 @@ def plot_normalized_decay(runs: Sequence[dict], path: Path) -> None:
   plt.close(fig)
 
 
-def comparison_rows(runs: Sequence[dict]) -> list[dict[str, Any]]:
-  """One table row per (run, layer): components for 90% / 99% energy and the decay statistics (means)."""
-  rows = []
-  for run in runs:
-    for layer in run["layers"]:
-      stats = layer["stats"]
-      rows.append(
-        {
-          "run": run["label"],
-          "layer": block_of(layer["name"]),
-          "kind": layer["kind"],
-          "k90": stats["components_90"]["mean"],
-          "k99": stats["components_99"]["mean"],
-          "decay_area": stats["decay_area"]["mean"],
-          "stable_rank": stats["stable_rank"]["mean"],
-          "length": layer["length"]["mean"],
-        }
-      )
-  return rows
-
-
-def arm_rows(section: dict) -> list[dict[str, Any]]:
-  """One printed row per (arm, layer): models, seeds and components for 90% / 99% as mean +- std over models."""
-  rows = []
-  for arm, blocks in section["summary"].items():
-    for block, s in blocks.items():
-      k90, k99 = (_mean_std_text(s[stat]) for stat in ("components_90", "components_99"))
-      seeds = ",".join("-" if seed is None else str(seed) for seed in s["seeds"])
-      rows.append({"arm": arm, "layer": block, "kind": s["kind"], "n": s["n"], "seeds": seeds, "k90": k90, "k99": k99})
-  return rows
-
-
-def _mean_std_text(stat: dict) -> str:
-  return f"{stat['mean']:.2f}" if stat["std"] is None else f"{stat['mean']:.2f} +- {stat['std']:.2f}"
-
-
 def analyze(
   workdirs: Sequence[str],
   out: str | Path,
@@ -251,6 +254,7 @@ def analyze(
   data_dir: str | None = None,
   step: int | None = None,
   references: Sequence[str] | None = (),
+  store: bool = True,
   print_fn=print,
 ) -> dict:
   """Spectra of every run in `workdirs`; writes the figures, JSON and NPZ to `out`; returns the JSON dict.
@@ -258,20 +262,33 @@ def analyze(
   Runs sharing a label form an arm (`experiments.spectrum_arms`); with `references` (empty: the first arm; None: no
   pairing; empty with one model per arm: none either) every other arm is paired by seed against each of them.
   What cannot be paired as asked (an arm of one model beside arms of several, seeds that differ) refuses
-  (`PairingError`) before any spectrum is computed.
+  (`PairingError`) before any spectrum is computed. With `store` each computed run's spectrum is kept in its
+  workdir and a stored one that still describes the run is read instead of its checkpoint
+  (`experiments.spectrum_store`; its run entry says "source": "stored"; singular_values.npz holds only the
+  computed runs); a run with neither refuses (`MissingRunError`), before anything is computed.
   """
-  from primal_jax.training.experiment import load_run_config, load_state
+  from primal_jax.training.experiment import load_run_config
   from primal_jax.training.metrics import summary_table
 
   if labels and len(labels) != len(workdirs):
     raise ValueError(f"{len(labels)} labels for {len(workdirs)} workdirs")
   if num_examples <= 0 or chunk_size <= 0:
     raise ValueError(f"num_examples and chunk_size must be > 0, got {num_examples}, {chunk_size}")
-  configs = [load_run_config(workdir, data_dir) for workdir in workdirs]
-  arm_labels = list(labels) if labels else [run_label(config) for config in configs]
+  stored = [spectrum_store.load_stored(w, split, num_examples, step) if store else None for w in workdirs]
+  for workdir, kept in zip(workdirs, stored, strict=True):
+    if kept is None and not (Path(workdir) / "config.json").exists():
+      at = "" if step is None else f" at step {step}"
+      raise MissingRunError(
+        f"--workdir={workdir}: no config.json (a trained run) and no stored spectrum of split {split!r}, "
+        f"{num_examples} examples{at} ({spectrum_store.store_path(workdir, split, num_examples).name})"
+      )
+  configs = [load_run_config(w, data_dir) if kept is None else None for w, kept in zip(workdirs, stored, strict=True)]
+  arm_labels = list(labels) or [
+    kept["default_label"] if config is None else run_label(config) for config, kept in zip(configs, stored, strict=True)
+  ]
   seeds: dict[str, list] = {arm: [] for arm in arm_labels}
-  for arm, config in zip(arm_labels, configs, strict=True):
-    seeds[arm].append(int(config.seed))
+  for arm, config, kept in zip(arm_labels, configs, stored, strict=True):
+    seeds[arm].append(int(kept["seed"] if config is None else config.seed))
   if references == () and all(len(found) == 1 for found in seeds.values()):
     references = None  # one model per arm and no --reference asked for: nothing to pair (Figure 1 on single runs)
   if references is not None:
@@ -279,23 +296,19 @@ def analyze(
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
   runs, arrays = [], {}
-  for i, (workdir, config, label) in enumerate(zip(workdirs, configs, arm_labels, strict=True)):
-    experiment, state = load_state(config, workdir, step=step)
-    spectra = compute_spectra(experiment, state, split, num_examples, chunk_size)
-    runs.append(
-      {
-        "label": label,
-        "arm": label,
-        "seed": int(config.seed),
-        "workdir": str(workdir),
-        "step": int(jax.device_get(state.step)),
-        "family": stack_name(config.model.layers),
-        "eta": float(config.ksvd.get("eta", 0.0)),
-        "layers": [s.summary() for s in spectra],
-      }
-    )
+  for i, (workdir, config, kept, label) in enumerate(zip(workdirs, configs, stored, arm_labels, strict=True)):
+    if kept is not None:
+      entry = {k: v for k, v in kept.items() if k not in ("default_label", "config_hash")}
+      runs.append({"label": label, "arm": label, **entry, "workdir": str(workdir), "source": "stored"})
+      name = spectrum_store.store_path(workdir, split, num_examples).name
+      print_fn(f"{label}: {workdir} step {entry['step']}, stored spectrum ({name})")
+      continue
+    entry, spectra = computed_run(config, workdir, split, num_examples, chunk_size, step)
+    runs.append({"label": label, "arm": label, **entry, "workdir": str(workdir), "source": "computed"})
     arrays.update({f"{i}/{s.name}": s.singular_values for s in spectra})
-    print_fn(f"{label}: {workdir} step {runs[-1]['step']}, {spectra[0].singular_values.shape[0]} {split} examples")
+    if store:
+      spectrum_store.save(workdir, split, num_examples, entry, default_label=run_label(config))
+    print_fn(f"{label}: {workdir} step {entry['step']}, {spectra[0].singular_values.shape[0]} {split} examples")
   result = {"split": split, "num_examples": num_examples, "runs": runs, "arms": arms_section(runs, references)}
   result["provenance"] = provenance()  # commit, argv, date, devices and library versions of this analysis
   (out / "spectrum.json").write_text(json.dumps(result, indent=1))
@@ -338,6 +351,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     "nothing is paired); --nopaired: never pair.",
     **on,
   )
+  flags.DEFINE_boolean(
+    "store",
+    True,
+    "Keep each computed run's spectrum in its workdir (spectrum_<split>_<num_examples>.json) and read a stored one "
+    "that still matches the run instead of its checkpoint; --nostore: always compute, write nothing there.",
+    **on,
+  )
   flags.mark_flags_as_required(["workdir", "out"], flag_values=fv)
   argv = list(sys.argv if argv is None else argv)
   try:
@@ -353,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(2)
   try:
     _analyze_from_flags(fv)
-  except PairingError as err:  # arms that cannot be paired as asked: one line naming the argument
+  except (PairingError, MissingRunError) as err:  # what cannot be analysed as asked: one line naming the argument
     sys.stderr.write(f"FATAL {err}\n")
     sys.exit(2)
 
@@ -369,6 +389,7 @@ def _analyze_from_flags(fv) -> None:
     data_dir=fv.data_dir,
     step=fv.step,
     references=fv.reference if fv.paired else None,
+    store=fv.store,
   )
 
 

@@ -192,3 +192,39 @@ def curve_over_models(curves: Sequence[Sequence[float]], pad: float) -> tuple[np
     stacked[i, : len(c)] = c
   std = stacked.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros(size)
   return stacked.mean(axis=0), std
+
+
+def comparison_rows(runs: Sequence[dict]) -> list[dict[str, Any]]:
+  """One table row per (run, layer): components for 90% / 99% energy and the decay statistics (means)."""
+  rows = []
+  for run in runs:
+    for layer in run["layers"]:
+      stats = layer["stats"]
+      rows.append(
+        {
+          "run": run["label"],
+          "layer": block_of(layer["name"]),
+          "kind": layer["kind"],
+          "k90": stats["components_90"]["mean"],
+          "k99": stats["components_99"]["mean"],
+          "decay_area": stats["decay_area"]["mean"],
+          "stable_rank": stats["stable_rank"]["mean"],
+          "length": layer["length"]["mean"],
+        }
+      )
+  return rows
+
+
+def arm_rows(section: dict) -> list[dict[str, Any]]:
+  """One printed row per (arm, layer): models, seeds and components for 90% / 99% as mean +- std over models."""
+  rows = []
+  for arm, blocks in section["summary"].items():
+    for block, s in blocks.items():
+      k90, k99 = (_mean_std_text(s[stat]) for stat in ("components_90", "components_99"))
+      seeds = ",".join("-" if seed is None else str(seed) for seed in s["seeds"])
+      rows.append({"arm": arm, "layer": block, "kind": s["kind"], "n": s["n"], "seeds": seeds, "k90": k90, "k99": k99})
+  return rows
+
+
+def _mean_std_text(stat: dict) -> str:
+  return f"{stat['mean']:.2f}" if stat["std"] is None else f"{stat['mean']:.2f} +- {stat['std']:.2f}"

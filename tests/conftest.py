@@ -54,3 +54,18 @@ def jv_tfds_dir(tmp_path_factory):
   except DatasetFetchError as err:
     pytest.skip(f"JapaneseVowels unavailable: {err}")
   return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, jv_tfds_dir):
+  """A 2-step Primal.+Trans. smoke run on real JapaneseVowels (layer 0 softmax, layer 1 Primal): the spectrum
+  tests' trained workdir (config.json and checkpoints)."""
+  from primal_jax.cli.config_lookup import load_config
+  from primal_jax.training.loop import train_and_evaluate
+
+  config = load_config("uea:smoke,model=primal_plus", lock=False)
+  config.total_steps = 2
+  config.data.data_dir = jv_tfds_dir
+  workdir = tmp_path_factory.mktemp("run")
+  train_and_evaluate(config, workdir, print_fn=lambda _: None)
+  return workdir

@@ -6,6 +6,7 @@ when called, so building is the check), and every mechanism trains a 3-step smok
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import types
 from pathlib import Path
@@ -42,7 +43,7 @@ def _model(run) -> str:
 
 def _only(sweep: Sweep, table: str, **labels) -> Sweep:
   runs = tuple(r for r in sweep.runs if r.cell.table == table and labels.items() <= dict(r.cell.labels).items())
-  return Sweep(runs, titles=sweep.titles, notes=sweep.notes, baselines=sweep.baselines)
+  return dataclasses.replace(sweep, runs=runs)
 
 
 # --- Table 1 (UEA)
@@ -253,6 +254,32 @@ def test_every_listops_mechanism_trains_a_smoke_run(tmp_path):
   report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
   assert not report["failed"] and len(report["ran"]) == 9
   assert all(row.n == 1 for row in report["rows"])
+
+
+@pytest.mark.slow
+def test_figure1_keeps_each_models_spectrum_and_the_arms_need_no_checkpoint(tmp_path):
+  import shutil
+
+  from experiments.spectrum import analyze
+  from experiments.spectrum_store import store_path
+
+  sweep = _only(load_sweep(f"{LRA_SWEEP}:smoke,seeds=1,figure_seeds=2"), "figure1")
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
+  assert not report["failed"] and len(report["ran"]) == 6  # 3 arms x 2 models
+  arms = {dict(r.cell.labels)["arm"]: [] for r in sweep.runs}
+  for run in sweep.runs:
+    arms[dict(run.cell.labels)["arm"]].append(tmp_path / "runs" / next(k for k, p in plan([run]).items()))
+  for run_dir in (d for dirs in arms.values() for d in dirs):
+    assert store_path(run_dir, "test", 4).exists()
+    for path in run_dir.iterdir():  # what a commit keeps: the records and the spectrum
+      if path.name not in ("result.json", "summary.json", "provenance.json", "spectrum_test_4.json"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+  workdirs = [d for dirs in arms.values() for d in dirs]
+  labels = [arm for arm, dirs in arms.items() for _ in dirs]
+  result = analyze(workdirs, tmp_path / "out", labels=labels, num_examples=4, references=["Trans."], print_fn=print)
+  assert {r["source"] for r in result["runs"]} == {"stored"} and [r["seed"] for r in result["runs"]] == [0, 1] * 3
+  assert [r["layers"][0]["kind"] for r in result["runs"]] == ["softmax"] * 2 + ["primal"] * 4
+  assert len(result["arms"]["paired"]) == 2 * 2 * 2  # 2 arms x 2 layers x (k90, k99) against Trans.
 
 
 # --- Table 4 (D4RL)

@@ -159,27 +159,6 @@ def test_softmax_matrix_is_the_attention_over_real_keys():
   np.testing.assert_allclose(a, state["intermediates"]["attention_weights"][0], atol=1e-6)
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-  """A 2-step Primal.+Trans. smoke run on real JapaneseVowels: layer 0 softmax, layer 1 Primal."""
-  from primal_jax.cli.config_lookup import load_config
-  from primal_jax.tasks.uea.aeon_wheel import DatasetFetchError
-  from primal_jax.tasks.uea.tfds_dataset import prepare_uea
-  from primal_jax.training.loop import train_and_evaluate
-
-  data_dir = tmp_path_factory.mktemp("tfds")
-  try:
-    prepare_uea("JapaneseVowels", "aeon", data_dir)
-  except DatasetFetchError as err:  # no cached copy and no route to PyPI
-    pytest.skip(f"JapaneseVowels unavailable: {err}")
-  config = load_config("uea:smoke,model=primal_plus", lock=False)
-  config.total_steps = 2
-  config.data.data_dir = str(data_dir)
-  workdir = tmp_path_factory.mktemp("run")
-  train_and_evaluate(config, workdir, print_fn=lambda _: None)
-  return workdir
-
-
 def test_cli_writes_figures_and_monotone_curves(tiny_run, tmp_path, capsys):
   from experiments.spectrum import main
 

@@ -290,6 +290,28 @@ def test_inline_sweep_caches_runs_and_reruns_only_the_unfinished(data_dir, tmp_p
   assert any("restarting from scratch" in line for line in lines)
 
 
+def test_after_run_follows_each_run_of_its_table_once_and_a_failure_keeps_the_record(data_dir, tmp_path):
+  calls = []
+
+  def after(run_dir: Path) -> str:
+    calls.append(run_dir.name)
+    assert (run_dir / RESULT_FILE).exists()  # called once the record is written
+    if len(calls) == 2:
+      raise RuntimeError("no checkpoint")
+    return "analysed"
+
+  sweep = dataclasses.replace(tiny_sweep(data_dir), after_run={"t1": after})
+  keys = list(plan(sweep.runs))
+  lines = []
+  report = run_sweep(sweep, tmp_path, print_fn=lines.append)
+  assert calls == keys and report["ran"] == keys  # PrimalFormer (in t1 and t2) once, then Trans.
+  assert f"  {keys[0]} (t1): analysed" in lines
+  assert report["failed"] == {keys[1]: "after the run (t1): RuntimeError: no checkpoint"}
+  assert all((tmp_path / "runs" / key / RESULT_FILE).exists() for key in keys)  # the failure keeps the record
+  report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
+  assert report["skipped"] == keys and calls == keys  # never called for a run finished before
+
+
 def test_killed_subprocess_run_is_the_only_one_rerun(data_dir, tmp_path):
   sweep = tiny_sweep(data_dir)
   keys = list(plan(sweep.runs))

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from experiments.engine.aggregate import result_line, write_results
@@ -184,6 +184,7 @@ def run_sweep(
           report,
           print_fn,
           allocator=allocator,
+          after_run=sweep.after_run,
         )
       if report["preempted"]:
         break
@@ -207,8 +208,10 @@ def _run_claimed(
   report: dict,
   print_fn: Callable[[str], None],
   allocator: str = "auto",
+  after_run: Mapping[str, Callable[[Path], str]] | None = None,
 ) -> None:
-  """Trains one run that this process has claimed (`run_sweep`), recording the outcome in `report`."""
+  """Trains one run that this process has claimed (`run_sweep`), recording the outcome in `report`, then calls the
+  `after_run` function of each of its tables (`Sweep.after_run`)."""
   if (run_dir / RESULT_FILE).exists():  # another sweep finished it after this one looked
     report["skipped"].append(planned.key)
     return
@@ -252,3 +255,11 @@ def _run_claimed(
   )
   report["ran"].append(planned.key)
   print_fn(f"  done in {wall:.0f}s: " + result_line(planned, summary))
+  for table in dict.fromkeys(r.cell.table for r in planned.runs):
+    if (after := (after_run or {}).get(table)) is None:
+      continue
+    try:
+      print_fn(f"  {planned.key} ({table}): {after(run_dir)}")
+    except Exception as err:  # the record stands; the analysis is redone by hand (its message says how)
+      report["failed"][planned.key] = f"after the run ({table}): {type(err).__name__}: {err}"
+      print_fn(f"  {planned.key} FAILED after the run ({table}): {type(err).__name__}: {err}")

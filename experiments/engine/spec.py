@@ -96,6 +96,10 @@ class Sweep:
   `higher_is_better`: the direction of the tables' numbers (False for bits per byte).
   `level_margin`: the largest paired difference (in the tables' units) that reads "level" when its 95% interval
   contains zero and lies inside ±level_margin (`experiments.engine.stats`); None: no difference is called level.
+  `after_run`: table name -> function of a run directory, called in the sweep process right after a run of that
+  table has trained and its record is written (an analysis that needs the run's checkpoint, which is not
+  committed: `experiments.spectrum.store_run_spectrum`); it returns a line to print. Not called for runs already
+  finished. A failure is reported as the run's failure (its record stays); redo the analysis by hand.
   """
 
   runs: tuple[Run, ...]
@@ -107,6 +111,7 @@ class Sweep:
   baselines: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
   higher_is_better: bool = True
   level_margin: float | None = None
+  after_run: Mapping[str, Callable[[Path], str]] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     """Refuses a baseline row no run of its table reports to (a misspelt label), or a negative margin. A table

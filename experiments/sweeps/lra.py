@@ -14,8 +14,12 @@ Tables (`--only=listops,image,pathfinder` picks some):
   pathfinder: Pathfinder, the same five models as image, at the `short` level (below LRA's, see below).
   figure1: Figure 1's arms on ListOps, `figure_seeds` models each (3): Trans. and PrimalFormer (eta 0.1, the
     release's) are the listops table's runs (LRA runs keep a checkpoint at every evaluation); PrimalFormer at
-    eta 0 adds 3 runs. The spectra are computed where the checkpoints are (`python -m experiments.spectrum
-    --workdir=RUN --label=ARM ... --reference=Trans.`, docs/results.md, "Attention spectra").
+    eta 0 adds 3 runs. Right after each run trains, the sweep keeps its spectrum on the first 64 test sequences
+    in the run directory (`after_run`: experiments.spectrum.store_run_spectrum; the checkpoints are not
+    committed, the spectrum is), so `python -m experiments.spectrum --workdir=RUN --label=ARM ...
+    --reference=Trans. --num_examples=64` summarises the arms from the records alone (docs/results.md, "Attention
+    spectra"). Train it in its own workdir (experiments/results/lra_figure1): the listops table's runs of the same
+    configs finished before spectra were kept, and their checkpoints are gone.
 Every row has `seeds` seeds (3); paired differences: every row against Trans. of its table, seed by seed.
 
 Schedule: the `short` config of primal_jax/tasks/lra/config.py (the release's model: 2 layers, dim 64, hidden
@@ -64,6 +68,8 @@ Arguments (`--sweep=experiments/sweeps/lra.py:seeds=3,image_baselines=nystromfor
 
 from __future__ import annotations
 
+import functools
+
 from experiments.engine.spec import Cell, Run, Sweep
 from primal_jax.errors import ConfigError
 from primal_jax.tasks.common import parse_config_arg
@@ -98,6 +104,7 @@ TITLES = {
 FIGURE1_ARMS = (("Trans.", "softmax", None), ("PrimalFormer eta=0.1", "primalformer", None))
 FIGURE1_ARMS += (("PrimalFormer eta=0", "primalformer", 0.0),)
 DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
+FIGURE1_EXAMPLES = 64  # test sequences per model's spectrum (smoke: 4)
 
 
 def image_baselines(value: str) -> tuple[str, ...]:
@@ -139,4 +146,11 @@ def get_sweep(arg: str | None = None) -> Sweep:
     "The paper's column is its converged runs (Image: CIFAR-10): compare within a table."
   )
   baselines = {task: ("model", "Trans.") for task in ("listops", "image", "pathfinder")}
-  return Sweep(tuple(runs), titles=TITLES, notes=notes, baselines=baselines)
+  spectrum = functools.partial(_store_spectrum, num_examples=4 if args["smoke"] else FIGURE1_EXAMPLES)
+  return Sweep(tuple(runs), titles=TITLES, notes=notes, baselines=baselines, after_run={"figure1": spectrum})
+
+
+def _store_spectrum(run_dir, num_examples: int) -> str:
+  from experiments.spectrum import store_run_spectrum  # imports JAX: only when a figure1 run has trained
+
+  return store_run_spectrum(run_dir, split="test", num_examples=num_examples, chunk_size=8)
