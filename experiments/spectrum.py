@@ -263,9 +263,10 @@ def analyze(
   pairing; empty with one model per arm: none either) every other arm is paired by seed against each of them.
   What cannot be paired as asked (an arm of one model beside arms of several, seeds that differ) refuses
   (`PairingError`) before any spectrum is computed. With `store` each computed run's spectrum is kept in its
-  workdir and a stored one that still describes the run is read instead of its checkpoint
-  (`experiments.spectrum_store`; its run entry says "source": "stored"; singular_values.npz holds only the
-  computed runs); a run with neither refuses (`MissingRunError`), before anything is computed.
+  workdir (that of its latest checkpoint: none with `step`) and a stored one that still describes the run is read
+  instead of its checkpoint (`experiments.spectrum_store`; its run entry says "source": "stored";
+  singular_values.npz holds only the computed runs); a run with neither refuses (`MissingRunError`), before
+  anything is computed.
   """
   from primal_jax.training.experiment import load_run_config
   from primal_jax.training.metrics import summary_table
@@ -306,7 +307,7 @@ def analyze(
     entry, spectra = computed_run(config, workdir, split, num_examples, chunk_size, step)
     runs.append({"label": label, "arm": label, **entry, "workdir": str(workdir), "source": "computed"})
     arrays.update({f"{i}/{s.name}": s.singular_values for s in spectra})
-    if store:
+    if store and step is None:  # only the latest checkpoint's: a run without checkpoints then shows its last state
       spectrum_store.save(workdir, split, num_examples, entry, default_label=run_label(config))
     print_fn(f"{label}: {workdir} step {entry['step']}, {spectra[0].singular_values.shape[0]} {split} examples")
   result = {"split": split, "num_examples": num_examples, "runs": runs, "arms": arms_section(runs, references)}

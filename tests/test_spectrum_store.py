@@ -55,6 +55,11 @@ def test_a_stored_spectrum_that_no_longer_describes_the_run_is_recomputed(tiny_r
   assert load_stored(run, "test", 4) is not None
   assert load_stored(run, "test", 5) is None and load_stored(run, "validation", 4) is None
   assert load_stored(run, "test", 4, step=1) is None  # another step asked for
+  before = store_path(run, "test", 4).read_bytes()
+  store_path(run, "test", 4).unlink()
+  result = _quiet(workdirs=[run], out=tmp_path / "c", num_examples=4, step=2)
+  assert result["runs"][0]["source"] == "computed" and not store_path(run, "test", 4).exists()  # a step: not kept
+  store_path(run, "test", 4).write_bytes(before)
   path = store_path(run, "test", 4)
   record = json.loads(path.read_text())
   record["run"]["step"] = 1  # a spectrum of an older checkpoint than the latest (2)
