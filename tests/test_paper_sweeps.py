@@ -276,7 +276,9 @@ def test_figure1_keeps_each_models_spectrum_and_the_arms_need_no_checkpoint(tmp_
         shutil.rmtree(path) if path.is_dir() else path.unlink()
   workdirs = [d for dirs in arms.values() for d in dirs]
   labels = [arm for arm, dirs in arms.items() for _ in dirs]
-  result = analyze(workdirs, tmp_path / "out", labels=labels, num_examples=4, references=["Trans."], print_fn=print)
+  result = analyze(
+    workdirs, tmp_path / "out", labels=labels, num_examples=4, references=["Trans."], print_fn=lambda _: None
+  )
   assert {r["source"] for r in result["runs"]} == {"stored"} and [r["seed"] for r in result["runs"]] == [0, 1] * 3
   assert [r["layers"][0]["kind"] for r in result["runs"]] == ["softmax"] * 2 + ["primal"] * 4
   assert len(result["arms"]["paired"]) == 2 * 2 * 2  # 2 arms x 2 layers x (k90, k99) against Trans.

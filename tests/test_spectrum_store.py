@@ -5,6 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -43,7 +44,7 @@ def test_a_stored_spectrum_replaces_the_gone_checkpoint_exactly(tiny_run, tmp_pa
   assert read["layers"] == computed["layers"]  # the same numbers, not recomputed ones
   assert again["arms"]["summary"] == first["arms"]["summary"]
   assert (tmp_path / "b" / "explained_variance.png").stat().st_size > 0
-  with __import__("numpy").load(tmp_path / "b" / "singular_values.npz") as arrays:
+  with np.load(tmp_path / "b" / "singular_values.npz") as arrays:
     assert list(arrays) == []  # raw values only of the runs computed in this call
 
 
