@@ -369,6 +369,50 @@ def test_a_resumed_run_records_the_time_of_all_its_attempts(data_dir, tmp_path):
   assert only["outcome"] == "finished" and once["wall_seconds"] == only["seconds"]
 
 
+class _SweepKilled(BaseException):
+  """Stands for the sweep process dying with its training: `run_sweep` catches Exception, not this."""
+
+
+def test_an_attempt_killed_with_its_sweep_is_counted_by_the_next(data_dir, tmp_path):
+  """SIGKILL takes the second run's training, and its sweep dies before logging anything: the next sweep finds the
+  attempt by run.lock, counts it from the lock's start to the last metrics line, and the result sums both."""
+  import datetime
+
+  sweep = tiny_sweep(data_dir, resumable=True)
+  keys = list(plan(sweep.runs))
+  pids = []
+
+  def print_fn(line: str) -> None:
+    if line.startswith(f"  {keys[1]}: pid "):
+      pids.append(int(line.rsplit(" ", 1)[1]))
+    if pids and line.startswith("  | step 1/"):  # written to metrics.jsonl before it is shown
+      os.kill(pids[0], signal.SIGKILL)
+      raise _SweepKilled
+
+  with pytest.raises(_SweepKilled):
+    run_sweep(sweep, tmp_path, mode="subprocess", echo=True, print_fn=print_fn)
+  run_dir = tmp_path / "runs" / keys[1]
+  os.waitpid(pids[0], 0)  # the kernel drops the killed training's run.lock as it exits
+  assert not (run_dir / "attempts.json").exists() and not (run_dir / RESULT_FILE).exists()
+  started = json.loads((run_dir / "run.lock").read_text())["started"]
+  lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+  expected = json.loads(lines[-1])["wall_time"] - datetime.datetime.fromisoformat(started).timestamp()
+  assert 0 < expected < 600
+
+  shown = []
+  report = run_sweep(sweep, tmp_path, print_fn=shown.append)
+  assert report["ran"] == [keys[1]] and report["skipped"] == [keys[0]] and not report["failed"]
+  assert any(line.startswith(f"  {keys[1]}: an attempt since {started} ended unlogged (killed)") for line in shown)
+  result = json.loads((run_dir / RESULT_FILE).read_text())
+  killed, finished = result["attempts"]
+  assert killed["outcome"] == "killed" and killed["lock_started"] == started
+  assert killed["seconds"] == pytest.approx(expected, abs=1e-6)
+  assert finished["outcome"] == "finished" and finished["lock_started"] >= started  # ISO UTC sorts as time
+  assert result["wall_seconds"] == pytest.approx(killed["seconds"] + finished["seconds"], rel=1e-12)
+  assert run_sweep(sweep, tmp_path, print_fn=lambda _: None)["skipped"] == keys  # nothing recounted
+  assert json.loads((run_dir / RESULT_FILE).read_text()) == result
+
+
 def test_shards_partition_the_runs_and_lock_apart(data_dir, tmp_path):
   import fcntl
 

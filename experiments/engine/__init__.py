@@ -7,17 +7,19 @@ PrimalFormer is also a Table 6 cell) is trained once and reported in each.
 
 Modules: `spec` (runs, sweeps, protocols, config hashing and planning), `records` (a run's result record, the
 recorded-command mapping, the JSON records of the one-off experiment binaries), `lock` (a sweep's lock and its
-claims on runs), `runner` (`run_sweep`: trains the unfinished runs), `aggregate` (rows over seeds, the
-results.md / results.csv tables, `stored_rows` from the records alone), `stats` (the paired difference of two rows
-by seed, its t interval and verdict) and `paired` (the paired-difference tables against `Sweep.baselines`).
+claims on runs), `attempts` (a run's attempts, with those killed unlogged), `runner` (`run_sweep`: trains the
+unfinished runs), `aggregate` (rows over seeds, the results.md / results.csv tables, `stored_rows` from the records
+alone), `stats` (the paired difference of two rows by seed, its t interval and verdict) and `paired` (the paired-
+difference tables against `Sweep.baselines`).
 
 Layout of a sweep directory:
   runs/<hash>/               the run's workdir (config.json, metrics.jsonl, summary.json, train.log, ...)
   runs/<hash>/result.json    written atomically when the run has finished; its presence means "done". Its
                              wall_seconds sums the run's attempts (`attempts`: each one's seconds and outcome)
-  runs/<hash>/attempts.json  the attempts that ended without a result (stopped, preempted, failed); an attempt
-                             killed outright (SIGKILL) is not in it. Records from sweeps before commit d399517 hold only
-                             the last attempt's time.
+  runs/<hash>/attempts.json  the attempts that ended without a result (stopped, preempted, failed, and since
+                             2026-11-29 "killed": one killed with its sweep, counted by the next from its run.lock
+                             start to its last metrics line). Records from sweeps before commit d399517 hold only
+                             the last attempt's time; before that, an attempt killed outright is not counted.
   results.md, results.csv    the aggregated tables; plots from `Sweep.plot`
   paired.csv                 the paired differences against the baseline rows (a sweep with `baselines`)
   jax_cache/                 JAX's persistent compilation cache (runs of equal shapes compile once)

@@ -13,26 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from experiments.engine.aggregate import result_line, write_results
+from experiments.engine.attempts import attempt, earlier_attempts, log_attempt, log_killed_attempt
 from experiments.engine.lock import claim_run, sweep_lock
 from experiments.engine.records import RESULT_FILE, write_record
 from experiments.engine.spec import PlannedRun, Sweep, config_hash, plan, select
-from primal_jax.atomic_files import read_json
 from primal_jax.launch import host_allocator
 from primal_jax.training.guards.workdir_lock import lock_holder
 
 CHILD_MODULE = "primal_jax.cli.train"  # what `python -m experiments.main` runs
-# In a run directory: the attempts that ended without a result (stopped, preempted, failed), so the result's
-# wall_seconds of a resumed run is the sum of its attempts. An attempt killed outright (SIGKILL) is not listed.
-ATTEMPTS_FILE = "attempts.json"
-
-
-def _earlier_attempts(run_dir: Path) -> list[dict]:
-  path = run_dir / ATTEMPTS_FILE
-  return read_json(path, "a run's earlier attempts") if path.exists() else []
-
-
-def _log_attempt(run_dir: Path, seconds: float, outcome: str) -> None:
-  write_record(run_dir / ATTEMPTS_FILE, [*_earlier_attempts(run_dir), {"seconds": seconds, "outcome": outcome}])
 
 
 def _prepare_run_dir(run_dir: Path, config, log) -> None:
@@ -221,6 +209,11 @@ def _run_claimed(
   labels = "; ".join(f"{r.cell.table} {dict(r.cell.labels)} seed {r.seed} {r.protocol}" for r in planned.runs)
   print_fn(f"{heading} {planned.key}: {labels}")
   _prepare_run_dir(run_dir, planned.config, print_fn)
+  if (killed := log_killed_attempt(run_dir)) is not None:
+    print_fn(
+      f"  {planned.key}: an attempt since {killed['lock_started']} ended unlogged (killed); counted as "
+      f"{killed['seconds']:.0f}s, from its run.lock start to its last metrics line"
+    )
   start = time.monotonic()
   try:
     if mode == "inline":
@@ -229,17 +222,17 @@ def _run_claimed(
       cache = workdir / "jax_cache" if compilation_cache else None
       summary = _run_subprocess(planned, run_dir, cache, print_fn, echo, allocator)
   except Exception as err:  # one broken run must not cost the rest of the grid
-    _log_attempt(run_dir, time.monotonic() - start, "failed")
+    log_attempt(run_dir, time.monotonic() - start, "failed")
     report["failed"][planned.key] = f"{type(err).__name__}: {err}"
     print_fn(f"  {planned.key} FAILED: {type(err).__name__}: {err}")
     return
   if summary.get("preempted"):
-    _log_attempt(run_dir, time.monotonic() - start, "preempted")
+    log_attempt(run_dir, time.monotonic() - start, "preempted")
     report["preempted"] = True
     print_fn(f"  {planned.key}: terminated; rerun the sweep to continue")
     return
-  attempts = [*_earlier_attempts(run_dir), {"seconds": time.monotonic() - start, "outcome": "finished"}]
-  wall = sum(attempt["seconds"] for attempt in attempts)
+  attempts = [*earlier_attempts(run_dir), attempt(run_dir, time.monotonic() - start, "finished")]
+  wall = sum(entry["seconds"] for entry in attempts)
   write_record(
     run_dir / RESULT_FILE,
     {
