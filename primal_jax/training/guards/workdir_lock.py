@@ -7,7 +7,8 @@ The second one must be refused before it touches anything.
 Why `flock`: the kernel holds the lock for the open file and drops it when the process ends, however
 it ends (`kill -9`, a crash, a lost node on a local disk), so a lock can never be left stale: there is
 no pid to check and nothing to clean up. The file stays after the run; its content (pid, host, start
-time, command) only names the holder in the refusal message, the lock itself is the kernel's.
+time, command) names the holder in the refusal message (and a sweep reads the start time to count an attempt
+killed with it, `experiments.engine.attempts`); the lock itself is the kernel's.
 
 Scope: a local or NFS filesystem (Linux maps `flock` to NFS byte-range locks); on a filesystem without
 locks (some FUSE mounts) taking it fails with an error naming the file. Multi-host runs lock on the
