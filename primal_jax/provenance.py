@@ -23,6 +23,22 @@ from pathlib import Path
 _PACKAGE = Path(__file__).resolve().parent  # git, run here, finds the checkout holding the package (if any)
 COMMIT_ENV = "PRIMAL_JAX_COMMIT"  # names the commit of a tree copied without its history (an accelerator host)
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-collections")
+# The vector extensions XLA:CPU compiles for when the host has them: two hosts that differ in these can round a
+# float32 reduction differently, so the same config and seed need not repeat bit for bit across them.
+SIMD_FLAGS = (
+  "avx",
+  "avx2",
+  "fma",
+  "avx512f",
+  "avx512bw",
+  "avx512vl",
+  "avx512_bf16",
+  "avx512_fp16",
+  "amx_tile",
+  "asimd",
+  "sve",
+)
+CPUINFO = Path("/proc/cpuinfo")
 
 
 def _git(*args: str) -> str | None:
@@ -84,16 +100,58 @@ def cores() -> int | None:
   return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def parse_cpuinfo(text: str) -> dict:
+  """The first processor of a Linux /proc/cpuinfo: vendor, model name, family and model numbers, and which of
+  `SIMD_FLAGS` it has (x86 `flags`, Arm `Features`); a field the text lacks is None."""
+  fields: dict[str, str] = {}
+  for line in text.splitlines():
+    if not line.strip():
+      if fields:
+        break  # the first processor's block has ended
+      continue
+    key, _, value = line.partition(":")
+    fields.setdefault(key.strip(), value.strip())
+  flags = set((fields.get("flags") or fields.get("Features") or "").split())
+
+  def number(key: str) -> int | None:
+    value = fields.get(key, "")
+    return int(value, 0) if value.isdigit() or value.startswith("0x") else None
+
+  return {
+    "vendor": fields.get("vendor_id") or fields.get("CPU implementer"),
+    "model_name": fields.get("model name"),
+    "family": number("cpu family"),
+    "model": number("model") if "model" in fields else number("CPU part"),
+    "simd": [flag for flag in SIMD_FLAGS if flag in flags],
+  }
+
+
+@functools.cache
+def cpu() -> dict:
+  """This host's CPU (`parse_cpuinfo` of /proc/cpuinfo; elsewhere only `platform.processor()` as model_name)."""
+  try:
+    return parse_cpuinfo(CPUINFO.read_text())
+  except OSError:
+    return {"vendor": None, "model_name": platform.processor() or None, "family": None, "model": None, "simd": []}
+
+
 def provenance(argv: list[str] | None = None, *, devices: bool = True) -> dict:
   """The record's origin: commit and whether the tree was dirty (the process's `checkout` snapshot), argv
-  (`sys.argv` unless given), UTC date, host, devices (`devices=False` leaves JAX unimported), library versions."""
+  (`sys.argv` unless given), UTC date, host (its CPU too: `cpu`), devices (`devices=False` leaves JAX
+  unimported), library versions."""
   commit, dirty = checkout()
   record = {
     "commit": commit,
     "dirty": dirty,
     "argv": list(sys.argv if argv is None else argv),
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "host": {"system": platform.system(), "machine": platform.machine(), "cpus": os.cpu_count(), "cores": cores()},
+    "host": {
+      "system": platform.system(),
+      "machine": platform.machine(),
+      "cpus": os.cpu_count(),
+      "cores": cores(),
+      "cpu": cpu(),
+    },
     "versions": library_versions(),
   }
   if devices:

@@ -70,3 +70,48 @@ def test_the_cores_a_pinned_process_may_use_are_recorded(fresh_snapshot):
   assert pinned.stdout.strip() == "1", pinned.stderr[-2000:]
   host = provenance.provenance([], devices=False)["host"]
   assert host["cores"] == len(os.sched_getaffinity(0)) and host["cpus"] == os.cpu_count()
+
+
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx fma avx2 avx512f avx512bw avx512vl avx512_bf16 sha_ni
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+model name\t: another processor's block
+flags\t\t: sse2
+"""
+ARM_CPUINFO = """processor\t: 0
+BogoMIPS\t: 2000.00
+Features\t: fp asimd evtstrm aes sve
+CPU implementer\t: 0x41
+CPU part\t: 0xd0c
+"""
+
+
+def test_a_records_cpu_names_the_vector_extensions_xla_compiles_for():
+  """Two hosts with other SIMD need not round a reduction alike: a record says which one it ran on."""
+  x86 = provenance.parse_cpuinfo(X86_CPUINFO)
+  assert x86 == {
+    "vendor": "AuthenticAMD",
+    "model_name": "AMD EPYC",
+    "family": 25,
+    "model": 17,
+    "simd": ["avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"],
+  }
+  arm = provenance.parse_cpuinfo(ARM_CPUINFO)
+  assert arm == {"vendor": "0x41", "model_name": None, "family": None, "model": 0xD0C, "simd": ["asimd", "sve"]}
+  assert provenance.parse_cpuinfo("") == {"vendor": None, "model_name": None, "family": None, "model": None, "simd": []}
+
+
+def test_the_host_record_holds_this_machines_cpu(fresh_snapshot):
+  host = provenance.provenance([], devices=False)["host"]
+  if provenance.CPUINFO.exists():
+    assert host["cpu"] == provenance.parse_cpuinfo(provenance.CPUINFO.read_text())
+    flags = next(line for line in provenance.CPUINFO.read_text().splitlines() if line.startswith(("flags", "Features")))
+    assert ("avx2" in flags.split()) == ("avx2" in host["cpu"]["simd"])
+  else:
+    assert host["cpu"]["simd"] == []
