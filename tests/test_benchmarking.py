@@ -115,6 +115,23 @@ def test_ratio_table_against_the_reference():
   assert "| linear | 64 (0.06x) | 128 (0.03x) | 256 | 1.00 |" in memory
 
 
+def test_a_slope_that_rounds_to_zero_is_0_never_minus_0():
+  """A flat series fits a slope of +-1e-17 depending on the host's BLAS; `docs_tables --check` must not depend on
+  the host (it printed -0.00 for the decoding state's flat memory on one host, 0.00 on another)."""
+  from experiments.tables.common import fixed
+
+  assert (fixed(-1e-17), fixed(1e-17), fixed(-0.004), fixed(-0.006), fixed(2.0, 0)) == (
+    "0.00",
+    "0.00",
+    "0.00",
+    "-0.01",
+    "2",
+  )
+  flat = [{"variant": "state", "seq_len": n, "mib": 0.014 * (1 - 1e-9 * i)} for i, n in enumerate((256, 1024, 4096))]
+  assert -1e-8 < tables.scaling_slopes(flat, "mib")["state"] < 0  # f"{slope:.2f}" would print -0.00
+  assert tables.ratio_table(flat, "mib", reference="state").splitlines()[2].endswith("| 0.00 |")
+
+
 def test_results_markdown_sections_and_failures():
   records = [*_records(), {"variant": "performer", "seq_len": 1024, "error": "ValueError: boom"}]
   for rec in records[:-1]:
