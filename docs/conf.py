@@ -91,7 +91,7 @@ def _verbatim(app, what, name, obj, options, lines):
 
 
 class FolderLinks(SphinxPostTransform):
-  """A page's link to a folder of the repository (`../experiments/results/uea/`), which works on GitHub, shows
+  """A page's link to a folder of the repository (`../experiments/results/uea_table1/`), which works on GitHub, shows
   its text unlinked: a folder is no page of the site. Any other unresolved link still fails the build."""
 
   default_priority = 8  # before myst's resolver (9) warns about it

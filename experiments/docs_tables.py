@@ -8,9 +8,9 @@ table and the file, exit status 2, and nothing written.
 
 A generated table sits between two markers, each on a line of its own, in a Markdown file:
 
-  <!-- table:uea:main begin -->
+  <!-- table:uea:table8 begin -->
   ...                                           (written by this command; edits here are overwritten)
-  <!-- table:uea:main end -->
+  <!-- table:uea:table8 end -->
 
 The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/, one row per
 run; `spectrum_arms:<name>`: its arms, mean ± std over models and the paired differences by seed)
@@ -22,7 +22,7 @@ benchmark's JSON in benchmarks/results/<dir>/; `decoding_sized:<dir>`: its bound
 experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/), or
 `paired:<family>:<table>` (that table's paired differences by seed against the baseline row its sweep file names).
 Each kind is rendered by a module of `experiments.tables`; this one places the tables. Sources: the UEA sweep's run
-records (experiments/results/uea/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
+records (experiments/results/uea_table1/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).
 `tests/test_docs_tables.py` runs the check, so a result file or a model that changes without its table fails CI.
 """
@@ -50,12 +50,11 @@ BEGIN = re.compile(r"^<!-- table:([\w:./-]+) begin -->$", re.M)
 
 
 TABLES: dict[str, Callable[[Path], str]] = {
-  "uea:main": results.uea_main,
   "uea:table1_all": results.uea_table1_all,
   "uea:eta": results.uea_eta,
   "lm:eta": sweeps.lm_eta,  # before the parameterized lm:<table>: its rows join three tables
   "uea:table6": results.uea_table6,
-  "uea:basicmotions": results.uea_basicmotions,
+  "uea:table8": results.uea_table8,
   "lra:listops_paper": results.listops_paper,
   "lra:listops_paper_evaluations": results.listops_paper_evaluations,
   "lra:short": results.lra_short,

@@ -47,21 +47,21 @@ def test_fill_rewrites_only_between_markers_with_links_relative_to_the_file():
 def test_a_quoted_marker_is_text_and_broken_markers_are_errors():
   quoted = "write `<!-- table:NAME begin -->` on its own line\n"
   assert docs_tables.fill(quoted, ROOT) == (quoted, [])
-  with pytest.raises(ValueError, match="without its end marker: uea:main"):
-    docs_tables.fill("<!-- table:uea:main begin -->\n| x |\n", ROOT)
+  with pytest.raises(ValueError, match="without its end marker: uea:table8"):
+    docs_tables.fill("<!-- table:uea:table8 begin -->\n| x |\n", ROOT)
   with pytest.raises(ValueError, match="unknown table 'nope'"):
     docs_tables.fill("<!-- table:nope begin -->\n<!-- table:nope end -->\n", ROOT)
 
 
 def test_check_mode_reports_and_leaves_the_file_alone(tmp_path, capsys):
   doc = tmp_path / "doc.md"
-  doc.write_text("<!-- table:uea:basicmotions begin -->\nstale\n<!-- table:uea:basicmotions end -->\n")
+  doc.write_text("<!-- table:uea:table8 begin -->\nstale\n<!-- table:uea:table8 end -->\n")
   before = doc.read_text()
   assert docs_tables.main(["--check", str(doc)]) == 1
   assert doc.read_text() == before
   assert "out of date: " in capsys.readouterr().out
   assert docs_tables.main([str(doc)]) == 0
-  assert "| BasicMotions | ours, release protocol |" in doc.read_text()
+  assert "| model | data-dependent W_e, W_r | paper | ours, honest protocol |" in doc.read_text()
   assert docs_tables.main(["--check", str(doc)]) == 0
 
 

@@ -222,3 +222,32 @@ def test_the_eta_docs_table_takes_its_release_rows_from_table1_all_once(tmp_path
   assert f"| PrimalFormer | 0.5 (release) | 0 | 2 | +1.5 | 0.7 | {interval} | unresolved |" in table
   assert "| PrimalFormer | 0.0003 | 0 | 1 | +2.0 | - | - | unresolved |" in table
   assert table.count("0.5 (release)") == 2  # once in the means, once in the pairs: not doubled
+
+
+def test_the_table8_docs_table_finds_its_runs_by_the_sweeps_plan(tmp_path, monkeypatch):
+  """Table 8's data-dependent row is table1_all's Primal.+Trans. (one config, trained once, for table1_all): its
+  record names only table1_all, and the docs table still finds it, by the key the sweep's plan gives the cell."""
+  from experiments.tables import common, results
+
+  sweep = results.uea_sweep()
+  table8 = [r for r in sweep.runs if r.cell.table == "table8" and r.protocol == "honest" and r.seed < 2]
+  accuracy = {("yes", 0): 0.98, ("yes", 1): 0.97, ("no", 0): 0.99, ("no", 1): 0.99}  # no - yes: +1, +2 points
+  for key, planned in plan(table8).items():
+    (run,) = planned.runs
+    elsewhere = {"table": "table1_all", "labels": [["dataset", "JapaneseVowels"]], "paper": None}
+    entries = [{"cell": elsewhere, "seed": run.seed, "protocol": "honest"}]  # not the table8 cell
+    summary = {"test_at_best_validation": {"accuracy": accuracy[dict(run.cell.labels)["data-dependent"], run.seed]}}
+    run_dir = tmp_path / results.TABLE1_DIR / "runs" / key
+    run_dir.mkdir(parents=True)
+    (run_dir / RESULT_FILE).write_text(json.dumps({"wall_seconds": 1.0, "runs": entries, "summary": summary}))
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+
+  table = results.uea_table8(tmp_path)
+  assert "| Primal.+Trans. | yes | 98.9 | 97.5 ± 0.7 (n = 2) | - |" in table
+  assert "| Primal.+Trans. | no | 99.2 | 99.0 ± 0.0 (n = 2) | - |" in table
+  half = 12.706204736174698 * math.sqrt(0.5) / math.sqrt(2)  # differences +1, +2: std 0.71, t(1) interval
+  interval = f"[{1.5 - half:+.1f}, {1.5 + half:+.1f}]"
+  assert f"| Primal.+Trans. | no | yes | 2 | +1.5 | 0.7 | {interval} | unresolved |" in table
+  monkeypatch.setattr(common, "RESULTS", tmp_path / "empty")
+  with pytest.raises(ValueError, match="no finished table8 runs"):
+    results.uea_table8(tmp_path)

@@ -55,11 +55,12 @@ def _tracked_runs(folder) -> set[str]:
   return {Path(line).relative_to(folder.relative_to(ROOT)).parts[0] for line in out.stdout.splitlines()}
 
 
-@pytest.mark.parametrize("family", ["uea", "d4rl/sweep", "lm/sweep", "vit/sweep"])
+@pytest.mark.parametrize(
+  "family", ["uea_table1", "uea_figure1", "lra/sweep", "lra_figure1", "d4rl/sweep", "lm/sweep", "vit/sweep"]
+)
 def test_every_run_record_is_found_under_its_key(family):
-  """A run's directory is its key (what the sweep looks up; the UEA sweep's current plan finds its 108 keys:
-  tests/test_sweep.py), for the later sweeps also the hash of the config its result.json records, and its
-  result.json holds the command, config and summary the tables and the provenance need."""
+  """A run's directory is its key (what the sweep looks up), the hash of the config its result.json records,
+  and its result.json holds the command, config and summary the tables and the provenance need."""
   folder = ROOT / "experiments" / "results" / family / "runs"
   runs, tracked = sorted(folder.iterdir()), _tracked_runs(folder)
   assert runs and tracked
@@ -67,9 +68,7 @@ def test_every_run_record_is_found_under_its_key(family):
     if run.name not in tracked and not (run / RESULT_FILE).exists():
       continue  # a run in progress or stopped in this working checkout: not committed, so not a record yet
     result = json.loads((run / RESULT_FILE).read_text())
-    assert run.name == result["key"]
-    if family != "uea":  # the UEA configs recorded there do not hash to their keys; its plan finds them (test_sweep)
-      assert config_hash(result["config"]) == run.name
+    assert run.name == result["key"] == config_hash(result["config"])
     assert result["command"].startswith("python -m experiments.main --config=")
     assert isinstance(result["summary"], dict) and result["runs"]
 

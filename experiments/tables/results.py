@@ -1,4 +1,4 @@
-"""The docs tables of the UEA sweep (experiments/results/uea/runs/*/result.json), the LRA records
+"""The docs tables of the UEA sweep (experiments/results/uea_table1/runs/*/result.json), the LRA records
 (experiments/results/lra*/), the spectra (experiments/results/spectrum_<name>/) and the LRA parameter counts
 (from the model code, `experiments.lra_params`)."""
 
@@ -23,45 +23,47 @@ PAPER_TABLE2 = {
   "pathfinder": {"softmax": 74.2, "primalformer": 68.3, "primal_plus": 74.3},
 }
 MODEL_NAMES = {"softmax": "Trans. (softmax)", "primalformer": "PrimalFormer", "primal_plus": "Primal.+Trans."}
-# --- UEA (the sweep's run records)
+# --- UEA (the sweep's run records, experiments/results/uea_table1/)
+
+TABLE1_DIR = "uea_table1"  # the UEA sweep's runs (experiments/sweeps/uea.py), with provenance
 
 
-def _uea_rows():
-  from experiments.engine.aggregate import stored_rows
+def uea_sweep():
+  from experiments.engine.spec import load_sweep
 
-  rows = stored_rows(common.RESULTS / "uea")
+  return load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "uea.py")
+
+
+def _uea_ablation(table: str, columns: Sequence[str]) -> str:
+  """An ablation table of the UEA sweep (table6, table8): mean ± std per protocol, then the paired differences
+  against its baseline row (`BASELINES` of experiments/sweeps/uea.py). Its runs are looked up by the sweep's
+  plan, not by the cells their records name: a config shared with table1_all was trained once, for the table
+  listed first, and its record names only the tables planned then."""
+  import dataclasses
+
+  from experiments.engine.aggregate import aggregate
+  from experiments.engine.paired import paired_note, paired_table
+
+  sweep = uea_sweep()
+  folder = common.RESULTS / TABLE1_DIR
+  mine = dataclasses.replace(sweep, runs=tuple(r for r in sweep.runs if r.cell.table == table))
+  full = len({r.seed for r in mine.runs})
+  rows = [row for row in aggregate(mine, folder) if row.n]
   if not rows:
-    raise ValueError(f"no finished runs in {common.RESULTS / 'uea' / 'runs'}")
-  return {(row.cell.table, row.cell.labels, row.protocol): row for row in rows}
-
-
-def _uea_table(cells: Sequence[tuple[str, tuple, str]], columns: Sequence[str], paper: bool = True) -> str:
-  rows = _uea_rows()
+    raise ValueError(f"no finished {table} runs in {folder / 'runs'}")
+  by_cell = {(row.cell, row.protocol): row for row in rows}
   body = []
-  for table, labels, title in cells:
-    release, honest = rows.get((table, labels, "release")), rows.get((table, labels, "honest"))
-    if release is None and honest is None:
-      raise ValueError(f"no UEA runs for {table} {labels}")
-    cell = (release or honest).cell
-    paper_cell = ["-" if cell.paper is None else f"{cell.paper:.1f}"] if paper else []
-    body.append([*title.split(" | "), *paper_cell, mean_std(release), mean_std(honest)])
-  protocols = ["ours, release protocol", "ours, honest protocol"]
-  header = [*columns, *(["paper"] if paper else []), *protocols]
-  return markdown.table(header, body, numeric_from=len(columns))
-
-
-def uea_main(base: Path) -> str:
-  jv = ("dataset", "JapaneseVowels")
-  cells = [
-    ("table1", (jv, ("model", "Trans.")), "Trans. (softmax)"),
-    ("table1", (jv, ("model", "PrimalFormer")), "PrimalFormer"),
-    ("table1", (jv, ("model", "Primal.+Trans.")), "Primal.+Trans. (data-dependent W_e, W_r)"),
-    ("table8", (("model", "Primal.+Trans."), ("data-dependent", "no")), "Primal.+Trans., data-independent W_e, W_r"),
-  ]
-  return _uea_table(cells, ["JapaneseVowels"])
-
-
-TABLE1_DIR = "uea_table1"  # table1_all's runs (experiments/sweeps/uea.py, --only=table1_all), with provenance
+  for cell in dict.fromkeys(r.cell for r in mine.runs):
+    honest, release = by_cell.get((cell, "honest")), by_cell.get((cell, "release"))
+    paper = "-" if cell.paper is None else f"{cell.paper:.1f}"
+    body.append([*dict(cell.labels).values(), paper, mean_std(honest, full=full), mean_std(release, full=full)])
+  header = [*columns, "paper", "ours, honest protocol", "ours, release protocol"]
+  means = markdown.table(header, body, numeric_from=len(columns))
+  column, value = sweep.baselines[table]
+  paired = paired_table(sweep, rows, table)
+  if not paired:
+    return f"{means}\n\nNo row is paired with its {column} = {value} row yet."
+  return f"{means}\n\nPaired differences by seed against {column} = {value}:\n\n{paired}\n\n{paired_note(sweep)}"
 
 
 def uea_table1_all(base: Path) -> str:
@@ -69,10 +71,9 @@ def uea_table1_all(base: Path) -> str:
   differences by seed against Trans. of the same dataset and protocol (verdicts: experiments.engine.paired)."""
   from experiments.engine.aggregate import stored_rows
   from experiments.engine.paired import paired_note, paired_table
-  from experiments.engine.spec import load_sweep
 
   folder = common.RESULTS / TABLE1_DIR
-  sweep = load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "uea.py")
+  sweep = uea_sweep()
   full = len({r.seed for r in sweep.runs if r.cell.table == "table1_all"})  # the seeds every row is planned with
   rows = {(row.cell.labels, row.protocol): row for row in stored_rows(folder) if row.cell.table == "table1_all"}
   if not rows:
@@ -93,26 +94,20 @@ def uea_table1_all(base: Path) -> str:
 def uea_eta(base: Path) -> str:
   """The eta table of experiments/sweeps/uea.py (`sweeps.eta_table`): its release-eta rows are table1_all's
   JapaneseVowels honest runs (the same configs), which runs made before the eta table existed record only there."""
-  from experiments.engine.spec import load_sweep
-  from experiments.tables.sweeps import SWEEPS, eta_table
+  from experiments.tables.sweeps import eta_table
 
   def source(model: str, eta: str):
     return ("table1_all", (("dataset", "JapaneseVowels"), ("model", model))) if "release" in eta else None
 
-  sweep = load_sweep(SWEEPS / "uea.py")
-  return eta_table(common.RESULTS / TABLE1_DIR, sweep, source, "test accuracy (%)")
+  return eta_table(common.RESULTS / TABLE1_DIR, uea_sweep(), source, "test accuracy (%)")
 
 
 def uea_table6(base: Path) -> str:
-  rows = _uea_rows()
-  cells = sorted({labels for table, labels, _ in rows if table == "table6"}, key=lambda ls: [float(v) for _, v in ls])
-  return _uea_table([("table6", labels, " | ".join(v for _, v in labels)) for labels in cells], ["s", "eta"])
+  return _uea_ablation("table6", ["s", "eta"])
 
 
-def uea_basicmotions(base: Path) -> str:
-  models = ("Trans.", "PrimalFormer", "Primal.+Trans.")
-  cells = [("basicmotions", (("dataset", "BasicMotions"), ("model", m)), m) for m in models]
-  return _uea_table(cells, ["BasicMotions"], paper=False)
+def uea_table8(base: Path) -> str:
+  return _uea_ablation("table8", ["model", "data-dependent W_e, W_r"])
 
 
 # --- LRA
