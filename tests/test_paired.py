@@ -183,6 +183,18 @@ def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path,
     docs_tables.render_table("paired:fam", tmp_path)
 
 
+# Differences +1 and +2: mean 1.5, std 0.71, 95% Student-t interval with 1 degree of freedom (t = 12.706).
+_HALF = 12.706204736174698 * math.sqrt(0.5) / math.sqrt(2)
+T1_INTERVAL = f"[{1.5 - _HALF:+.1f}, {1.5 + _HALF:+.1f}]"
+
+
+def _honest_record(run_dir, cells, seed, summary) -> None:
+  """A finished run's result.json reporting `summary` to `cells` (honest protocol) at `seed`."""
+  entries = [{"cell": cell, "seed": seed, "protocol": "honest"} for cell in cells]
+  run_dir.mkdir(parents=True)
+  (run_dir / RESULT_FILE).write_text(json.dumps({"wall_seconds": 1.0, "runs": entries, "summary": summary}))
+
+
 def test_the_eta_docs_table_takes_its_release_rows_from_table1_all_once(tmp_path, monkeypatch):
   from experiments.tables import common, results
 
@@ -205,10 +217,7 @@ def test_the_eta_docs_table_takes_its_release_rows_from_table1_all_once(tmp_path
       "test_at_best_validation": {"accuracy": accuracy},
       "ksvd_ratio": {"start": {"ratio": start}, "end": {"ratio": end}},
     }
-    entries = [{"cell": cell, "seed": seed, "protocol": "honest"} for cell in cells]
-    run_dir = tmp_path / results.TABLE1_DIR / "runs" / f"k{i}"
-    run_dir.mkdir(parents=True)
-    (run_dir / RESULT_FILE).write_text(json.dumps({"wall_seconds": 1.0, "runs": entries, "summary": summary}))
+    _honest_record(tmp_path / results.TABLE1_DIR / "runs" / f"k{i}", cells, seed, summary)
   monkeypatch.setattr(common, "RESULTS", tmp_path)
 
   table = results.uea_eta(tmp_path)
@@ -217,9 +226,7 @@ def test_the_eta_docs_table_takes_its_release_rows_from_table1_all_once(tmp_path
   assert "| PrimalFormer | 0.0003 | 97.0 (n = 1) | 0.1 | 0.001 |" in table
   assert "| PrimalFormer | 0.5 (release) | 97.0 ± 1.4 (n = 2) | 185 | 1.5 |" in table
   # Paired against eta 0: release - 0 = +1, +2 (mean 1.5, std 0.71, t(1) interval +-6.35); 0.0003: one pair.
-  half = 12.706204736174698 * math.sqrt(0.5) / math.sqrt(2)
-  interval = f"[{1.5 - half:+.1f}, {1.5 + half:+.1f}]"
-  assert f"| PrimalFormer | 0.5 (release) | 0 | 2 | +1.5 | 0.7 | {interval} | unresolved |" in table
+  assert f"| PrimalFormer | 0.5 (release) | 0 | 2 | +1.5 | 0.7 | {T1_INTERVAL} | unresolved |" in table
   assert "| PrimalFormer | 0.0003 | 0 | 1 | +2.0 | - | - | unresolved |" in table
   assert table.count("0.5 (release)") == 2  # once in the means, once in the pairs: not doubled
 
@@ -234,20 +241,15 @@ def test_the_table8_docs_table_finds_its_runs_by_the_sweeps_plan(tmp_path, monke
   accuracy = {("yes", 0): 0.98, ("yes", 1): 0.97, ("no", 0): 0.99, ("no", 1): 0.99}  # no - yes: +1, +2 points
   for key, planned in plan(table8).items():
     (run,) = planned.runs
-    elsewhere = {"table": "table1_all", "labels": [["dataset", "JapaneseVowels"]], "paper": None}
-    entries = [{"cell": elsewhere, "seed": run.seed, "protocol": "honest"}]  # not the table8 cell
+    elsewhere = {"table": "table1_all", "labels": [["dataset", "JapaneseVowels"]], "paper": None}  # not table8
     summary = {"test_at_best_validation": {"accuracy": accuracy[dict(run.cell.labels)["data-dependent"], run.seed]}}
-    run_dir = tmp_path / results.TABLE1_DIR / "runs" / key
-    run_dir.mkdir(parents=True)
-    (run_dir / RESULT_FILE).write_text(json.dumps({"wall_seconds": 1.0, "runs": entries, "summary": summary}))
+    _honest_record(tmp_path / results.TABLE1_DIR / "runs" / key, [elsewhere], run.seed, summary)
   monkeypatch.setattr(common, "RESULTS", tmp_path)
 
   table = results.uea_table8(tmp_path)
   assert "| Primal.+Trans. | yes | 98.9 | 97.5 ± 0.7 (n = 2) | - |" in table
   assert "| Primal.+Trans. | no | 99.2 | 99.0 ± 0.0 (n = 2) | - |" in table
-  half = 12.706204736174698 * math.sqrt(0.5) / math.sqrt(2)  # differences +1, +2: std 0.71, t(1) interval
-  interval = f"[{1.5 - half:+.1f}, {1.5 + half:+.1f}]"
-  assert f"| Primal.+Trans. | no | yes | 2 | +1.5 | 0.7 | {interval} | unresolved |" in table
+  assert f"| Primal.+Trans. | no | yes | 2 | +1.5 | 0.7 | {T1_INTERVAL} | unresolved |" in table  # +1, +2
   monkeypatch.setattr(common, "RESULTS", tmp_path / "empty")
   with pytest.raises(ValueError, match="no finished table8 runs"):
     results.uea_table8(tmp_path)
