@@ -18,6 +18,13 @@ def rule(aligns: Sequence[str], widths: Sequence[int] | None = None) -> str:
   )
 
 
+def fixed(x: float, digits: int = 2, sign: str = "") -> str:
+  """`x` to `digits` decimals (`sign="+"`: always signed), a value that rounds to zero as 0, never -0: a fitted
+  slope or a difference that is zero up to rounding comes out +-1e-17 depending on the host's BLAS, and a
+  generated table must not depend on the host."""
+  return f"{round(x, digits) + 0.0:{sign}.{digits}f}"
+
+
 def row(cells: Iterable[object]) -> str:
   """One table line of `cells` (each shown with `str`)."""
   return "| " + " | ".join(str(cell) for cell in cells) + " |"

@@ -31,3 +31,12 @@ def test_padded_table_reads_as_plain_text():
     "| x      |   1.5 |",
     "| longer |    10 |",
   ]
+
+
+def test_fixed_rounds_and_never_prints_minus_zero():
+  """A value that rounds to zero is 0 at the requested digits, signed or not: +-1e-17 from a host's BLAS must
+  not change a generated table."""
+  fixed = markdown.fixed
+  cases = [fixed(-1e-17), fixed(1e-17), fixed(-0.004), fixed(-0.006), fixed(2.0, 0), fixed(-1e-17, 1, "+")]
+  assert cases == ["0.00", "0.00", "0.00", "-0.01", "2", "+0.0"]
+  assert fixed(0.25, 1, "+") == "+0.2" and fixed(-1.25, 1) == "-1.2"  # round half to even, as round() does

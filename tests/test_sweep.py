@@ -227,7 +227,7 @@ def test_stored_rows_read_the_cells_each_result_records(tmp_path):
 
 def test_every_run_the_uea_sweep_plans_has_its_record():
   """The docs' UEA tables read the sweep's committed records: every planned run is there under its key, Figure 1's
-  (which keep their checkpoints) in uea_figure1, the rest in uea_table1, each finished with a summary."""
+  (which keep their checkpoints) in uea_figure1, the rest in uea_table1, each with its result.json."""
   results = ROOT / "experiments" / "results"
   sweep = load_sweep(UEA_SWEEP)
   assert {run.cell.table for run in sweep.runs} == UEA_TABLES

@@ -83,7 +83,7 @@ def comparisons(sweep: Sweep, rows: Sequence[Row], table: str) -> list[Compariso
 
 def _number(x: float, digits: int, sign: str = "") -> str:
   """`x` to `digits` decimals, "-" for nan; a value that rounds to zero shows as 0, not -0."""
-  return "-" if math.isnan(x) else f"{round(x, digits) + 0.0:{sign}.{digits}f}"
+  return "-" if math.isnan(x) else markdown.fixed(x, digits, sign)
 
 
 def paired_table(sweep: Sweep, rows: Sequence[Row], table: str) -> str:

@@ -54,11 +54,11 @@ gives the release's schedule.
 
 Runs and runtime (inline mode, 2 CPU cores): table1_all plans 2 datasets x 11 models x 5 seeds x 2 protocols =
 220 runs, 36 of them table1's and basicmotions' (seeds 0-2). A 20-epoch JapaneseVowels run takes ~50 s (table6
-and table8: 84 runs, 69 of them not table1_all's or eta's, about 75 s each on one core); one BasicMotions run
-(Reformer, honest, 40 steps) took 130 s wall, 110 s CPU, on the shared machine (load average ~3), a Trans. one
+and table8: 84 runs, 69 of them not table1_all's or eta's, 4,871 s for those 69 on one core); one BasicMotions
+run (Reformer, honest, 40 steps) took 130 s wall, 110 s CPU, on the shared machine (load average ~3), a Trans. one
 127 s: about 1.5 h for table1_all's JapaneseVowels runs and 3.5 h for its BasicMotions ones, less on an idle
-machine. Target: the
-paper's numbers (JapaneseVowels), shown beside ours in results.md; plot `uea_japanese_vowels_eta_s.png` (Table 6).
+machine. Target: the paper's numbers (JapaneseVowels), shown beside ours in results.md; plot
+`uea_japanese_vowels_eta_s.png` (Table 6).
 
 Arguments (`--sweep=experiments/sweeps/uea.py:epochs=100,seeds=5,protocols=honest`):
   epochs: training epochs of every run (20).

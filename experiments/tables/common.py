@@ -19,11 +19,5 @@ def pct(accuracy: float, digits: int = 2) -> str:
   return f"{100 * accuracy:.{digits}f}"
 
 
-def fixed(x: float, digits: int = 2) -> str:
-  """`x` to `digits` decimals, a value that rounds to zero as 0, never -0: a fitted slope that is zero up to
-  rounding (a flat series) comes out +-1e-17 depending on the host's BLAS, and the table must not."""
-  return f"{round(x, digits) + 0.0:.{digits}f}"
-
-
 def minutes(seconds: float) -> str:
   return f"{seconds / 60:.1f} min"

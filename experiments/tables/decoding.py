@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from experiments.tables.common import BENCHMARK_RESULTS, fixed
+from experiments.tables.common import BENCHMARK_RESULTS
 from experiments.tables.efficiency import MIB, load_results, ratio_table, scaling_slopes
 from primal_jax import markdown
 
@@ -70,7 +70,7 @@ def roofline_table(records, bound: str = "bound_ms") -> str:
         "-" if r is None else f"{100 * r[bound] / r['ms_per_token']:.0f}% ({r[bound]:.2f} / {r['ms_per_token']:.2f})"
       )
     slope = slopes.get(model)
-    row.append("-" if slope is None else fixed(slope))
+    row.append("-" if slope is None else markdown.fixed(slope))
     rows.append(row)
   return markdown.table(["model", *(f"N={n}" for n in lengths), "slope of ms"], rows)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.tables.common import BENCHMARK_RESULTS, fixed, link
+from experiments.tables.common import BENCHMARK_RESULTS, link
 from primal_jax import markdown
 from primal_jax.dotted import get_dotted
 
@@ -92,7 +92,7 @@ def ratio_table(
         cell += f" ({value / ref:.2f}x)"
       row.append(cell)
     slope = slopes.get(variant)
-    row.append("-" if slope is None else fixed(slope))
+    row.append("-" if slope is None else markdown.fixed(slope))
     rows.append(row)
   return markdown.table(["variant", *[f"N={n}" for n in lengths], "slope"], rows)
 
@@ -207,7 +207,7 @@ def docs_table(name: str, base: Path) -> str:
     mem = None if rec is None else metric_value(rec, "xla_memory.total_bytes")
     row.append("-" if mem is None else f"{mem / MIB:,.0f}" + ratio(variant, mem_n, "xla_memory.total_bytes"))
     slopes = (time_slopes.get(variant), memory_slopes.get(variant))
-    row.append(" / ".join("-" if s is None else fixed(s) for s in slopes))
+    row.append(" / ".join("-" if s is None else markdown.fixed(s) for s in slopes))
     body.append(row)
   header = ["variant", *(f"N={n}" for n in lengths), f"XLA MiB, N={mem_n}", "slope: time / memory"]
   args = meta["args"]

@@ -273,7 +273,7 @@ def _difference(entry: dict | None) -> tuple[str, str]:
   """'+0.50 [-0.10, +1.10]' and the verdict of one paired entry; '-' where the layer was not paired."""
   if entry is None:
     return "-", "-"
-  mean, low, high = (f"{round(entry[k], 2) + 0.0:+.2f}" for k in ("mean", "low", "high"))  # no "-0.00"
+  mean, low, high = (markdown.fixed(entry[k], 2, "+") for k in ("mean", "low", "high"))
   text = f"{mean} [{low}, {high}]"
   return text, _FEWER[entry["verdict"]]
 
