@@ -34,23 +34,30 @@ def uea_sweep():
   return load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "uea.py")
 
 
-def _uea_ablation(table: str, columns: Sequence[str]) -> str:
-  """An ablation table of the UEA sweep (table6, table8): mean ± std per protocol, then the paired differences
-  against its baseline row (`BASELINES` of experiments/sweeps/uea.py). Its runs are looked up by the sweep's
-  plan, not by the cells their records name: a config shared with table1_all was trained once, for the table
-  listed first, and its record names only the tables planned then."""
+def _planned_rows(table: str):
+  """The sweep, its runs of `table` and their finished rows, looked up by the sweep's plan rather than by the
+  cells their records name: a config shared by two tables was trained once, for the table listed first, and its
+  record names only the tables planned then."""
   import dataclasses
 
   from experiments.engine.aggregate import aggregate
-  from experiments.engine.paired import paired_note, paired_table
 
   sweep = uea_sweep()
   folder = common.RESULTS / TABLE1_DIR
   mine = dataclasses.replace(sweep, runs=tuple(r for r in sweep.runs if r.cell.table == table))
-  full = len({r.seed for r in mine.runs})
   rows = [row for row in aggregate(mine, folder) if row.n]
   if not rows:
     raise ValueError(f"no finished {table} runs in {folder / 'runs'}")
+  return sweep, mine, rows
+
+
+def _uea_ablation(table: str, columns: Sequence[str]) -> str:
+  """An ablation table of the UEA sweep (table6, table8): mean ± std per protocol, then the paired differences
+  against its baseline row (`BASELINES` of experiments/sweeps/uea.py); runs found by `_planned_rows`."""
+  from experiments.engine.paired import paired_note, paired_table
+
+  sweep, mine, rows = _planned_rows(table)
+  full = len({r.seed for r in mine.runs})
   by_cell = {(row.cell, row.protocol): row for row in rows}
   body = []
   for cell in dict.fromkeys(r.cell for r in mine.runs):
@@ -69,25 +76,20 @@ def _uea_ablation(table: str, columns: Sequence[str]) -> str:
 def uea_table1_all(base: Path) -> str:
   """Paper Table 1 with every mechanism (table1_all): mean ± std over seeds per protocol, then the paired
   differences by seed against Trans. of the same dataset and protocol (verdicts: experiments.engine.paired)."""
-  from experiments.engine.aggregate import stored_rows
   from experiments.engine.paired import paired_note, paired_table
 
-  folder = common.RESULTS / TABLE1_DIR
-  sweep = uea_sweep()
-  full = len({r.seed for r in sweep.runs if r.cell.table == "table1_all"})  # the seeds every row is planned with
-  rows = {(row.cell.labels, row.protocol): row for row in stored_rows(folder) if row.cell.table == "table1_all"}
-  if not rows:
-    raise ValueError(f"no finished table1_all runs in {folder / 'runs'}")
-  cells = list(dict.fromkeys(r.cell for r in sweep.runs if r.cell.table == "table1_all"))
+  sweep, mine, found = _planned_rows("table1_all")
+  full = len({r.seed for r in mine.runs})  # the seeds every row is planned with
+  rows = {(row.cell.labels, row.protocol): row for row in found}
   body = []
-  for cell in cells:
+  for cell in dict.fromkeys(r.cell for r in mine.runs):
     labels = dict(cell.labels)
     honest, release = rows.get((cell.labels, "honest")), rows.get((cell.labels, "release"))
     paper = "-" if cell.paper is None else f"{cell.paper:.1f}"
     body.append([labels["dataset"], labels["model"], paper, mean_std(honest, full=full), mean_std(release, full=full)])
   header = ["dataset", "model", "paper", "ours, honest protocol", "ours, release protocol"]
   means = markdown.table(header, body, numeric_from=2)
-  paired = paired_table(sweep, list(rows.values()), "table1_all")
+  paired = paired_table(sweep, found, "table1_all")
   return f"{means}\n\nPaired differences by seed against Trans.:\n\n{paired}\n\n{paired_note(sweep)}"
 
 
