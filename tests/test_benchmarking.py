@@ -206,6 +206,7 @@ def test_plan_grid_and_overrides(efficiency):
     efficiency.plan_grid(efficiency.parse_args(["--variants=nope"]))
 
 
+@pytest.mark.slow  # ~40 s CPU: the benchmark script over its grid
 def test_script_end_to_end(efficiency, tmp_path, capsys):
   results = efficiency.main(
     [

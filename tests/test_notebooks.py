@@ -171,6 +171,7 @@ def test_lra_listops_runs(tmp_path, monkeypatch):
   assert _images(nb) == 2
 
 
+@pytest.mark.slow  # ~65 s CPU: a 20-step Decision Transformer run, its rollouts and a rendered episode
 def test_decision_transformer_runs(tmp_path, monkeypatch):
   nb, text = _run("decision_transformer", tmp_path, monkeypatch)
   score = float(_one(r"^test normalised score (-?[\d.]+) at the best validation step", text))
@@ -185,6 +186,7 @@ def test_decision_transformer_runs(tmp_path, monkeypatch):
   assert _images(nb) == 2
 
 
+@pytest.mark.slow  # ~60 s CPU: a converted DeiT fine-tuned and its spectrum
 def test_vision_runs(tmp_path, monkeypatch):
   nb, text = _run("vision", tmp_path, monkeypatch)
   assert re.search(r"where they match.*reinitialised", text)  # the converted DeiT was loaded into the run
@@ -193,6 +195,7 @@ def test_vision_runs(tmp_path, monkeypatch):
   assert _images(nb) == 3
 
 
+@pytest.mark.slow  # ~130 s CPU: a 60-step LM run, its evaluations and two sampled continuations to compile
 def test_generation_runs(tmp_path, monkeypatch):
   nb, text = _run("generation", tmp_path, monkeypatch)
   assert 0.0 < float(_one(r"^validation bits per byte: ([\d.]+) at step 60$", text)) < 8.0  # 8: uniform bytes

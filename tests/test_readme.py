@@ -29,6 +29,7 @@ def test_readme_has_two_commands_first():
   assert "experiments.main" in fences[0][1] and "--config=uea " in fences[0][1]  # the packaged config, by name
   assert '".[test]"' in fences[1][1] and "pytest" in fences[1][1]
   assert "pytest -n 2" in fences[1][1]  # both cores (pytest-xdist, in the test extra)
+  assert fences[1][1].rstrip().endswith('-m "not slow"')  # the fast tests: CI's time limit (docs/development.md)
   assert text.index(fences[0][1]) < text.index(fences[1][1]) < text.index("## ")  # the README starts with them
 
 
