@@ -20,7 +20,8 @@ benchmark's JSON in benchmarks/results/<dir>/; `decoding_sized:<dir>`: its bound
 `step_profile:<dir>` (benchmarks/step_profile.py's), `gemv_chain:<dir>` (benchmarks/gemv_chain.py's), or
 `d4rl:<table>`, `vit:<table>`, `lm:<table>` (a table of
 experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/), or
-`paired:<family>:<table>` (that table's paired differences by seed against the baseline row its sweep file names).
+`paired:<family>:<table>` (that table's paired differences by seed against the baseline row its sweep file names;
+`paired:<family>:<table>:<label>` against the row of that label instead).
 Each kind is rendered by a module of `experiments.tables`; this one places the tables. Sources: the UEA sweep's run
 records (experiments/results/uea_table1/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).

@@ -179,8 +179,18 @@ def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path,
   assert row + f"[{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}] | unresolved |" in table
   with pytest.raises(ValueError, match="names no baseline for table 'u'"):
     docs_tables.render_table("paired:fam:u", tmp_path)
-  with pytest.raises(ValueError, match="paired:<family>:<table>"):
+  with pytest.raises(ValueError, match=r"paired:<family>:<table>\[:<label>\]"):
     docs_tables.render_table("paired:fam", tmp_path)
+
+  # paired:<family>:<table>:<label>: every row against the row of that label instead (DT - Primal.+DT: -2, -6)
+  against = docs_tables.render_table("paired:fam:t:Primal.+DT", tmp_path)
+  half = 12.706204736174698 * np.std([-2.0, -6.0], ddof=1) / np.sqrt(2)
+  row = f"| DT | Primal.+DT | 2 | -4.00 | {np.std([-2.0, -6.0], ddof=1):.2f} | [{-4 - half:+.2f}, {-4 + half:+.2f}] |"
+  assert row + " unresolved |" in against and "| Primal.+DT | DT |" not in against
+  with pytest.raises(ValueError, match=r"no run of table 't' has model='Primal' \(model values: DT, Primal.\+DT\)"):
+    docs_tables.render_table("paired:fam:t:Primal", tmp_path)
+  with pytest.raises(ValueError, match="names no column to pair table 'u' on"):
+    docs_tables.render_table("paired:fam:u:DT", tmp_path)
 
 
 # Differences +1 and +2: mean 1.5, std 0.71, 95% Student-t interval with 1 degree of freedom (t = 12.706).

@@ -2,7 +2,8 @@
 
 `experiments.docs_tables` renders them under the names `d4rl:<table>`, `vit:<table>`, `lm:<table>` and
 `lra:<table>` (a Table 2 task of experiments/sweeps/lra.py), and
-`paired:<family>:<table>` (a table's paired differences against its baseline row, `Sweep.baselines`); each
+`paired:<family>:<table>` (a table's paired differences against its baseline row, `Sweep.baselines`, or with
+`:<label>` against the row of that label); each
 reads the finished runs' own records (`experiments.engine.aggregate.stored_rows`), so a table survives changes of
 the sweep file or the configs, and a run still in progress is simply not counted yet.
 """
@@ -267,10 +268,20 @@ def paired_docs_table(folder: Path, sweep, table: str) -> str:
 
 def paired_sweep(arg: str, base: Path) -> str:
   """`paired:<family>:<table>`: `paired_docs_table` of experiments/sweeps/<family>.py (its default argument) on the
-  family's run records (`sweep_folder`)."""
+  family's run records (`sweep_folder`). `paired:<family>:<table>:<label>` pairs every row with the row labelled
+  `<label>` instead (in the column the sweep pairs on, e.g. every Table 2 row against PrimalFormer: is it best?)."""
+  import dataclasses
+
   from experiments.engine.spec import load_sweep
 
-  family, _, table = arg.partition(":")
+  family, _, rest = arg.partition(":")
+  table, _, reference = rest.partition(":")
   if not table:
-    raise ValueError(f"paired:{arg}: name a family and a table, paired:<family>:<table>")
-  return paired_docs_table(sweep_folder(family), load_sweep(SWEEPS / f"{family}.py"), table)
+    raise ValueError(f"paired:{arg}: name a family and a table, paired:<family>:<table>[:<label>]")
+  sweep = load_sweep(SWEEPS / f"{family}.py")
+  if reference:
+    if table not in sweep.baselines:
+      raise ValueError(f"paired:{arg}: the sweep names no column to pair table {table!r} on")
+    column, _ = sweep.baselines[table]
+    sweep = dataclasses.replace(sweep, baselines={**sweep.baselines, table: (column, reference)})
+  return paired_docs_table(sweep_folder(family), sweep, table)
