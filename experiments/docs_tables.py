@@ -45,9 +45,9 @@ from primal_jax.atomic_files import DamagedFileError
 DOCUMENTS = ("README.md", "docs/*.md")
 # Markers stand on lines of their own (a marker quoted inside a line of text is not one).
 MARKER = re.compile(
-  r"^<!-- table:(?P<name>[\w:./-]+) begin -->\n(?P<body>.*?)^<!-- table:(?P=name) end -->$", re.S | re.M
+  r"^<!-- table:(?P<name>[\w:./+-]+) begin -->\n(?P<body>.*?)^<!-- table:(?P=name) end -->$", re.S | re.M
 )
-BEGIN = re.compile(r"^<!-- table:([\w:./-]+) begin -->$", re.M)
+BEGIN = re.compile(r"^<!-- table:([\w:./+-]+) begin -->$", re.M)
 
 
 TABLES: dict[str, Callable[[Path], str]] = {

@@ -187,6 +187,8 @@ def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path,
   half = 12.706204736174698 * np.std([-2.0, -6.0], ddof=1) / np.sqrt(2)
   row = f"| DT | Primal.+DT | 2 | -4.00 | {np.std([-2.0, -6.0], ddof=1):.2f} | [{-4 - half:+.2f}, {-4 + half:+.2f}] |"
   assert row + " unresolved |" in against and "| Primal.+DT | DT |" not in against
+  marked = "<!-- table:paired:fam:t:Primal.+DT begin -->\nold\n<!-- table:paired:fam:t:Primal.+DT end -->"
+  assert docs_tables.MARKER.fullmatch(marked).group("name") == "paired:fam:t:Primal.+DT"  # a label with '+' is named
   with pytest.raises(ValueError, match=r"no run of table 't' has model='Primal' \(model values: DT, Primal.\+DT\)"):
     docs_tables.render_table("paired:fam:t:Primal", tmp_path)
   with pytest.raises(ValueError, match="names no column to pair table 'u' on"):
