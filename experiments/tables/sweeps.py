@@ -10,6 +10,7 @@ the sweep file or the configs, and a run still in progress is simply not counted
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -270,8 +271,6 @@ def paired_sweep(arg: str, base: Path) -> str:
   """`paired:<family>:<table>`: `paired_docs_table` of experiments/sweeps/<family>.py (its default argument) on the
   family's run records (`sweep_folder`). `paired:<family>:<table>:<label>` pairs every row with the row labelled
   `<label>` instead (in the column the sweep pairs on, e.g. every Table 2 row against PrimalFormer: is it best?)."""
-  import dataclasses
-
   from experiments.engine.spec import load_sweep
 
   family, _, rest = arg.partition(":")
