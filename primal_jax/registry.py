@@ -7,7 +7,7 @@ Each kind of thing has one `Registry` and the same four verbs around it, named f
   register(name, value, replace=False)  adds `value`; a taken name is refused unless `replace`
   get(name)                             the value, or one ConfigError line listing the registered names
   unregister(name)                      removes it; a built-in entry replaced by `register` gets its own back
-  registered(name, value)               a `with` block that registers, then unregisters (what tests use)
+  registered(name, value)               a `with` block that registers, then restores the state before it
 
 An entry may be a `"module:attribute"` string, imported on first `get`: a family's code (and its
 third-party imports) loads only when a config names it, so a UEA run never imports MuJoCo. Such a lazy
@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 from primal_jax.errors import ConfigError
 
 T = TypeVar("T")
+_ABSENT = object()  # "no entry" in `Registry.registered`'s snapshot (None is not a valid marker: a value may be None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +104,18 @@ class Registry(Mapping, Generic[T]):
 
   @contextlib.contextmanager
   def registered(self, name: str, value: T | Lazy, *, replace: bool = False) -> Iterator[None]:
+    """Registers `value` for the block, then restores `name` exactly as it was before (absent, the built-in,
+    or a user's own entry), whatever was registered under `name` inside the block."""
+    before = (self._entries.get(name, _ABSENT), self._replaced.get(name, _ABSENT))
     self.register(name, value, replace=replace)
     try:
       yield
     finally:
-      self.unregister(name)
+      for table, old in zip((self._entries, self._replaced), before, strict=True):
+        if old is _ABSENT:
+          table.pop(name, None)
+        else:
+          table[name] = old
 
   def get(self, name: Any, where: str | None = None) -> T:  # type: ignore[override]
     if not isinstance(name, str) or name not in self._entries:
