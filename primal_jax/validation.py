@@ -25,6 +25,13 @@ def check_positive(value: int, name: str) -> None:
     raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
+def check_rate(value, name: str) -> None:
+  """Raises ValueError unless `value` is a real number in [0, 1) (a dropout or drop-path rate: 1 drops everything)."""
+  ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+  if not (ok and 0.0 <= float(value) < 1.0):
+    raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+
+
 def check_divisible(total: int, parts: int, total_name: str, parts_name: str) -> None:
   if total % parts != 0:
     raise ValueError(

@@ -19,7 +19,7 @@ import numpy as np
 from primal_jax.attention.registry import ATTENTIONS, LayerSpec, check_options, get_attention
 from primal_jax.dropout import DROPOUT_IMPLS
 from primal_jax.initializers import INIT_STYLES
-from primal_jax.validation import check_choice, check_divisible, check_positive
+from primal_jax.validation import check_choice, check_divisible, check_positive, check_rate
 
 STACKS = ("primalformer", "primal_plus")  # besides any registered attention name
 POOLINGS = ("mean", "masked_mean", "cls")
@@ -151,6 +151,8 @@ class TransformerConfig:
     check_positive(self.dim, "dim")
     check_positive(self.num_heads, "num_heads")
     check_divisible(self.dim, self.num_heads, "dim", "num_heads")
+    for rate in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
+      check_rate(getattr(self, rate), rate)
     if isinstance(self.layers, str) or not self.layers:
       raise ValueError(
         f"layers must be a non-empty sequence of attention names or (name, options), got {self.layers!r}"
@@ -167,6 +169,7 @@ class TransformerConfig:
     for i in range(len(layers)):  # option values fail here, not at the first call
       attention = self.layer_attention(i)
       attention.validate()
+      check_rate(attention.dropout_rate, f"layers[{i}] ({layers[i].attention}) attention option dropout_rate")
       self._warn_rank_beyond_head_width(i, attention)
     check_choice(self.pooling, POOLINGS, "pooling")
     check_choice(self.init_style, INIT_STYLES, "init_style")
@@ -174,8 +177,6 @@ class TransformerConfig:
     check_choice(self.norm_type, NORM_TYPES, "norm_type")
     check_choice(self.activation, ACTIVATIONS, "activation")
     check_choice(self.dropout_impl, DROPOUT_IMPLS, "dropout_impl")
-    if not 0.0 <= self.drop_path_rate < 1.0:
-      raise ValueError(f"drop_path_rate must be in [0, 1), got {self.drop_path_rate!r}")
 
   def _warn_rank_beyond_head_width(self, index: int, attention) -> None:
     """The class doc's warning, for a data-independent layer with low_rank > its head width."""
