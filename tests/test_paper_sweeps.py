@@ -291,12 +291,12 @@ def test_table4_plans_every_mechanism_at_a_head_width_above_every_s():
   sweep = load_sweep(D4RL_SWEEP)
   runs = [r for r in sweep.runs if r.cell.table == "table4_all"]
   counts = collections.Counter((dict(r.cell.labels)["model"], _model(r)) for r in runs)
-  assert set(m for _, m in counts) == set(TABLE4) and set(counts.values()) == {3} and len(runs) == 8 * 3
+  assert set(m for _, m in counts) == set(TABLE4) and set(counts.values()) == {3} and len(runs) == 9 * 3
   assert sweep.baselines["table4_all"] == ("model", "DT")
-  assert len(load_sweep(f"{D4RL_SWEEP}:halfcheetah").runs) == len(sweep.runs) + 24
+  assert len(load_sweep(f"{D4RL_SWEEP}:halfcheetah").runs) == len(sweep.runs) + 27
   planned = plan(sweep.runs)
-  assert len(select(planned, ["table4_all"])) == 24 and len(select(planned, ["table7"])) == 9
-  assert len(planned) == 24 + 6 + 9 + 10  # table7's s = 96 runs are table4_all's Primal.+DT runs
+  assert len(select(planned, ["table4_all"])) == 27 and len(select(planned, ["table7"])) == 9
+  assert len(planned) == 27 + 6 + 9 + 10  # table7's s = 96 runs are table4_all's Primal.+DT runs
   for p in select(planned, ["table4_all", "table7"]):
     model = p.config.model
     assert model.dim // model.num_heads >= 96 >= model.attention.primal.low_rank
@@ -304,7 +304,7 @@ def test_table4_plans_every_mechanism_at_a_head_width_above_every_s():
   table7 = {p.config.model.attention.primal.low_rank for p in select(planned, ["table7"])}
   assert table7 == {32, 64, 96}
   lr = {dict(r.cell.labels)["model"]: resolve(r).optimizer.learning_rate for r in runs}
-  assert lr == {**{label: 1e-4 for label in lr}, "Primal.+DT": 1e-3, "DT (lr 1e-3)": 1e-3}
+  assert lr == {**{label: 1e-4 for label in lr}, "Primal.+DT": 1e-3, "DT (lr 1e-3)": 1e-3, "Primal.+DT (lr 1e-4)": 1e-4}
 
 
 def test_table4_every_mechanism_builds_and_acts():
@@ -312,7 +312,7 @@ def test_table4_every_mechanism_builds_and_acts():
   from primal_jax.tasks.offline_rl.input_pipeline import RLDatasetInfo
 
   planned = select(plan(load_sweep(f"{D4RL_SWEEP}:seeds=1").runs), ["table4_all"])
-  assert len(planned) == 8
+  assert len(planned) == 9
   for p in planned:
     context = p.config.data.context
     info = RLDatasetInfo(
@@ -330,7 +330,7 @@ def test_table4_every_mechanism_builds_and_acts():
 def test_every_table4_mechanism_trains_a_smoke_run(tmp_path):
   pytest.importorskip("gymnasium")
   pytest.importorskip("mujoco")
-  sweep = _only(load_sweep(f"{D4RL_SWEEP}:smoke,seeds=1,lr_control=false"), "table4_all")
+  sweep = _only(load_sweep(f"{D4RL_SWEEP}:smoke,seeds=1,lr_control=false,primal_lr_control=false"), "table4_all")
   assert {p.config.total_steps for p in plan(sweep.runs).values()} == {3}
   report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
   assert not report["failed"] and len(report["ran"]) == 7

@@ -8,7 +8,9 @@ Tables (`--only=` picks some):
     DT, the causal Linear, Reformer, Performer, cosFormer and Flowformer (every layer that mechanism), and
     Primal.+DT, `seeds` seeds each, at the `wide` width (below); with `lr_control`, DT at Primal.+DT's learning
     rate too ("DT (lr 1e-3)": the release trains DT and the baselines at the DT code's 1e-4, Primal.+DT at
-    1e-3). Paired differences: every row against DT of its dataset, seed by seed.
+    1e-3); with `primal_lr_control`, Primal.+DT at the baselines' learning rate ("Primal.+DT (lr 1e-4)"), so
+    every other mechanism has a Primal.+DT row at its own rate (issue 55: Table 4 compared learning rates).
+    Paired differences: every row against DT of its dataset, seed by seed.
   table7: Primal.+DT with s in {32, 64, 96} on Hopper medium at the `wide` width (its s = 96 runs are
     table4_all's Primal.+DT runs). Paired differences: s = 32 and 64 against s = 96 at the same width.
   hopper_medium: DT and Primal.+DT on Hopper medium at the `short` width (p = 16), `seeds` seeds each, and DT at
@@ -41,6 +43,7 @@ once on it. The paper's numbers (D4RL's own data, the full 100k-step runs) are s
 Arguments (`--sweep=experiments/sweeps/d4rl.py:seeds=3,halfcheetah`):
   seeds: seeds of table4_all, hopper_medium and table7 (3).  seeds4: seeds of table4 (1).
   halfcheetah: table4_all on HalfCheetah medium as well.  lr_control: the "DT (lr 1e-3)" row of table4_all (on).
+  primal_lr_control: the "Primal.+DT (lr 1e-4)" row of table4_all (on).
   full: the release's full-size runs (100k steps) instead of `short` (dim 256 for the `short`-width tables).
   smoke: seconds-long runs, 3 steps each (tests).
 """
@@ -89,7 +92,16 @@ TITLES = {
 
 def get_sweep(arg: str | None = None) -> Sweep:
   args = parse_config_arg(
-    arg, {"seeds": 3, "seeds4": 1, "halfcheetah": False, "lr_control": True, "full": False, "smoke": False}
+    arg,
+    {
+      "seeds": 3,
+      "seeds4": 1,
+      "halfcheetah": False,
+      "lr_control": True,
+      "primal_lr_control": True,
+      "full": False,
+      "smoke": False,
+    },
   )
   size = "smoke" if args["smoke"] else ("" if args["full"] else "short")
   common = {"checkpoint_on_eval": True}
@@ -108,11 +120,15 @@ def get_sweep(arg: str | None = None) -> Sweep:
     for seed in range(args["seeds"]):  # seed-major: a partial sweep already fills every cell once
       for (label, model), paper in zip(TABLE4_MODELS, PAPER_TABLE4_ALL[env, dataset], strict=True):
         runs.append(run("table4_all", env, dataset, label, model, seed, paper, wide=True))
-      if args["lr_control"]:
-        lr = {"optimizer.learning_rate": 1e-3}
-        cell = Cell("table4_all", (("env", env), ("dataset", dataset), ("model", "DT (lr 1e-3)"), ("p", HEAD_WIDTH)))
-        arg = f"env={env},dataset={dataset},model=dt" + (f",{size}" if size else "") + ",wide"
-        runs.append(Run(f"{CONFIG}:{arg}", cell, seed, "rollouts", {**common, **lr}))
+      # The release trains DT and the baselines at 1e-4 and Primal.+DT at 1e-3: each model at the other's rate.
+      controls = (("lr_control", "DT", "dt", "1e-3"), ("primal_lr_control", "Primal.+DT", "primal_dt", "1e-4"))
+      for flag, label, model, lr in controls:
+        if args[flag]:
+          cell = Cell(
+            "table4_all", (("env", env), ("dataset", dataset), ("model", f"{label} (lr {lr})"), ("p", HEAD_WIDTH))
+          )
+          arg = f"env={env},dataset={dataset},model={model}" + (f",{size}" if size else "") + ",wide"
+          runs.append(Run(f"{CONFIG}:{arg}", cell, seed, "rollouts", {**common, "optimizer.learning_rate": float(lr)}))
   for seed in range(args["seeds"]):
     for s, paper in PAPER_TABLE7_HOPPER_MEDIUM.items():
       low_rank = {"model.attention.primal.low_rank": s}
