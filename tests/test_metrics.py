@@ -182,7 +182,7 @@ def test_summary_table_alignment():
   assert Progress.summary_table(rows, ["model"]) == summary_table(rows, ["model"])
 
 
-def test_ksvd_ratio_weighs_the_ksvd_term_at_the_first_and_last_logged_steps():
+def test_ksvd_ratio_weighs_the_ksvd_term_at_the_first_middle_and_last_logged_steps():
   from primal_jax.training.metrics import ksvd_ratio
 
   records = [
@@ -193,6 +193,15 @@ def test_ksvd_ratio_weighs_the_ksvd_term_at_the_first_and_last_logged_steps():
   ratio = ksvd_ratio(records, eta=0.5)
   assert ratio["start"] == {"step": 1, "task_loss": 2.0, "ksvd_loss": -0.5, "eta": 0.5, "ratio": -0.125}
   assert ratio["end"]["step"] == 9 and ratio["end"]["ratio"] == pytest.approx(0.02, rel=1e-12)
+  assert ratio["middle"] == ratio["start"]  # steps 1 and 9 are 4 from the half-way step 5: the earlier
+  records.insert(2, {"step": 6, "prefix": "train", "scalars": {"task_loss": 1.0, "ksvd_loss": 0.2, "loss": 1.1}})
+  assert ksvd_ratio(records, eta=0.5)["middle"] == {
+    "step": 6,
+    "task_loss": 1.0,
+    "ksvd_loss": 0.2,
+    "eta": 0.5,
+    "ratio": 0.1,
+  }
   assert ksvd_ratio(records[1:2], eta=0.5) is None
   zero = ksvd_ratio([{"step": 1, "scalars": {"task_loss": 0.0, "ksvd_loss": 1.0}}], eta=0.1)
   assert math.isnan(zero["start"]["ratio"])

@@ -196,9 +196,10 @@ def read_metrics(workdir, *, dedupe: bool = False, prefix: str | None = None) ->
 
 
 def ksvd_ratio(records: Sequence[Mapping[str, Any]], eta: float) -> dict | None:
-  """eta x KSVD loss / task loss at the first and last logged train steps: how much the KSVD term weighs.
+  """eta x KSVD loss / task loss at the first, middle and last logged train steps: how much the KSVD term weighs.
 
-  `records`: `read_metrics(workdir, dedupe=True, prefix="train")`. Returns {"start": ..., "end": ...}, each
+  `records`: `read_metrics(workdir, dedupe=True, prefix="train")`. Returns {"start": ..., "middle": ..., "end": ...},
+  "middle" the logged step nearest half-way between the first and last (the earlier on a tie), each
   {"step", "task_loss", "ksvd_loss", "eta", "ratio"} (ratio nan for a zero task loss), None without train records
   holding both losses. A run with no KSVD layer has ksvd_loss 0, so its ratio is 0.
   """
@@ -211,7 +212,9 @@ def ksvd_ratio(records: Sequence[Mapping[str, Any]], eta: float) -> dict | None:
     ratio = eta * ksvd / task if task else math.nan
     return {"step": record["step"], "task_loss": task, "ksvd_loss": ksvd, "eta": eta, "ratio": ratio}
 
-  return {"start": entry(logged[0]), "end": entry(logged[-1])}
+  half = (logged[0]["step"] + logged[-1]["step"]) / 2
+  middle = min(logged, key=lambda r: (abs(r["step"] - half), r["step"]))
+  return {"start": entry(logged[0]), "middle": entry(middle), "end": entry(logged[-1])}
 
 
 def format_duration(seconds: float) -> str:
