@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.decoding_runners import VARIANTS, build, marginal_times, prepared_runner
 from benchmarks.harness import measure as harness
 from primal_jax.models import generation
 from primal_jax.models.lm import decode_step, init_cache
@@ -27,8 +28,6 @@ from primal_jax.models.lm import decode_step, init_cache
 
 def prefill_runner(variant: str, args):
   """(runner returning seconds, XLA FLOPs) of prefilling `--prefill_context` tokens in `--prefill_chunk` chunks."""
-  from benchmarks.decoding import build
-
   context, chunk = args.prefill_context, args.prefill_chunk
   model, params = build(variant, context, args)
   step = jax.jit(lambda p, c, t: decode_step(model, p, c, t)[1], donate_argnums=1)
@@ -67,8 +66,6 @@ def measure_prefill(args, variants) -> list[dict]:
 
 def measure_e2e(args, variants) -> list[dict]:
   """`generate` (greedy) after an `--e2e_prompt`-token prompt, `--e2e_new` new tokens, batch 1: the second call."""
-  from benchmarks.decoding import build
-
   out = []
   prompt = np.random.default_rng(1).integers(0, 256, args.e2e_prompt).tolist()
   greedy = generation.SamplingOptions(temperature=0.0)
@@ -92,8 +89,6 @@ def measure_e2e(args, variants) -> list[dict]:
 
 def measure_scaling(args, variants) -> list[dict]:
   """ms per decode step at `--scaling_context` for every `--scaling_batches` size."""
-  from benchmarks.decoding import marginal_times, prepared_runner
-
   out = []
   for batch in args.scaling_batches:
     prepared = {v: prepared_runner(v, args.scaling_context, batch, args) for v in variants}
@@ -109,8 +104,6 @@ def measure_scaling(args, variants) -> list[dict]:
 
 def measure_extras(results: dict, args) -> None:
   """Adds the prefill, end-to-end and batch-scaling lists their arguments ask for to `results`."""
-  from benchmarks.decoding import VARIANTS
-
   if args.prefill_context:
     results["prefill"] = measure_prefill(args, VARIANTS)
   if args.e2e_prompt:

@@ -1,7 +1,8 @@
-"""The package's shape: no import cycle between modules of `primal_jax`, no library module over 400 lines.
+"""The package's shape: no import cycle between modules of `primal_jax`, `experiments` and `benchmarks`, no library
+module over 400 lines.
 
-Imports are read from the code (every `import` statement, also inside functions, as a lazy import only
-hides a cycle), so the check needs no import of the package.
+Imports are read from the code (every `import` statement, also inside functions and under `if TYPE_CHECKING:`, as
+a lazy or type-only import only hides a cycle), so the check needs no import of the package.
 """
 
 from __future__ import annotations
@@ -9,7 +10,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "primal_jax"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "primal_jax"
+# The library and the code beside it that imports it (the binaries, sweeps and tables; the benchmarks): one graph,
+# as /work/shared/tools/arch_check.py counts it.
+CHECKED = (PACKAGE, REPO / "experiments", REPO / "benchmarks")
 MAX_LINES = 400
 
 
@@ -24,10 +29,11 @@ def module_files(package: Path) -> dict[str, Path]:
   return out
 
 
-def import_graph(package: Path) -> dict[str, set[str]]:
-  """Module -> the package's modules it imports. A package's __init__ re-exporting its own children, and a
-  child importing its parent package's __init__, are not edges (re-exports, not code that depends back)."""
-  modules = module_files(package)
+def import_graph(*packages: Path) -> dict[str, set[str]]:
+  """Module -> the modules of `packages` it imports, wherever the `import` statement stands (module level, inside a
+  function, under `if TYPE_CHECKING:`). A package's __init__ re-exporting its own children, and a child importing
+  its parent package's __init__, are not edges (re-exports, not code that depends back)."""
+  modules = {name: path for package in packages for name, path in module_files(package).items()}
 
   def resolve(name: str) -> str | None:
     while name and name not in modules:
@@ -94,6 +100,30 @@ def test_no_import_cycle_in_primal_jax():
   graph = import_graph(PACKAGE)
   assert len(graph) > 50 and graph["primal_jax.attention.primal"]  # the graph was really read
   assert cycles(graph) == []
+
+
+def test_no_import_cycle_in_the_binaries_and_benchmarks():
+  """Issue 54: benchmarks.decoding <-> decoding_extras (through imports inside functions) and experiments.engine's
+  spec / paired <-> aggregate (through `Row` imported under TYPE_CHECKING) were cycles this test did not see."""
+  graph = import_graph(*CHECKED)
+  assert graph["experiments.engine.aggregate"] and graph["benchmarks.decoding"]  # the graph was really read
+  assert any(m.startswith("primal_jax.") for m in graph["experiments.engine.spec"])  # and across the packages
+  assert cycles(graph) == []
+
+
+def test_cycle_detection_counts_function_and_type_checking_imports(tmp_path):
+  """A cycle closed only by an import inside a function, or only under `if TYPE_CHECKING:`, is still a cycle."""
+  package = tmp_path / "pkg"
+  package.mkdir()
+  (package / "__init__.py").write_text("")
+  (package / "spec.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n  from pkg.agg import Row\n")
+  (package / "agg.py").write_text("from pkg.spec import Sweep\n")
+  (package / "bench.py").write_text("def measure():\n  from pkg import extras\n")
+  (package / "extras.py").write_text("from pkg.bench import build\n")
+  (package / "rows.py").write_text("")
+  assert cycles(import_graph(package)) == [["pkg.agg", "pkg.spec"], ["pkg.bench", "pkg.extras"]]
+  (package / "spec.py").write_text("from pkg.rows import Row\n")  # the untangled shape: Row below both
+  assert cycles(import_graph(package)) == [["pkg.bench", "pkg.extras"]]
 
 
 def test_cycle_detection_finds_a_cycle(tmp_path):

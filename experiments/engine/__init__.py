@@ -5,12 +5,12 @@ config with its `:arg`, overrides, a seed, a protocol and the table `Cell` it re
 fully resolved config is hashed (`config_hash`), so the same run listed in several tables (Table 1's
 PrimalFormer is also a Table 6 cell) is trained once and reported in each.
 
-Modules: `spec` (runs, sweeps, protocols, config hashing and planning), `records` (a run's result record, the
-recorded-command mapping, the JSON records of the one-off experiment binaries), `lock` (a sweep's lock and its
-claims on runs), `attempts` (a run's attempts, with those killed unlogged), `runner` (`run_sweep`: trains the
-unfinished runs), `aggregate` (rows over seeds, the results.md / results.csv tables, `stored_rows` from the records
-alone), `stats` (the paired difference of two rows by seed, its t interval and verdict) and `paired` (the paired-
-difference tables against `Sweep.baselines`).
+Modules: `rows` (a table's `Cell` and its `Row` over seeds), `spec` (runs, sweeps, protocols, config hashing and
+planning), `records` (a run's result record, the recorded-command mapping, the JSON records of the one-off
+experiment binaries), `lock` (a sweep's lock and its claims on runs), `attempts` (a run's attempts, with those
+killed unlogged), `runner` (`run_sweep`: trains the unfinished runs), `aggregate` (rows over seeds, the results.md /
+results.csv tables, `stored_rows` from the records alone), `stats` (the paired difference of two rows by seed,
+its t interval and verdict) and `paired` (the paired-difference tables against `Sweep.baselines`).
 
 Layout of a sweep directory:
   runs/<hash>/               the run's workdir (config.json, metrics.jsonl, summary.json, train.log, ...)

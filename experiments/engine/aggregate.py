@@ -1,12 +1,11 @@
-"""Rows over seeds from the finished runs' records, and the results.md / results.csv tables of a sweep."""
+"""Rows over seeds from the finished runs' records, and the results.md / results.csv tables of a sweep (`Row` itself
+lives in `experiments.engine.rows`, below the modules that read it; imported here for callers)."""
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -14,38 +13,12 @@ import numpy as np
 
 from experiments.engine.paired import PAIRED_CSV, paired_csv, paired_markdown
 from experiments.engine.records import RESULT_FILE, read_result
-from experiments.engine.spec import PROTOCOL_METRIC, PROTOCOL_TITLE, PROTOCOLS, Cell, PlannedRun, Sweep, plan
+from experiments.engine.rows import Cell, Row
+from experiments.engine.spec import PROTOCOL_METRIC, PROTOCOL_TITLE, PROTOCOLS, PlannedRun, Sweep, plan
 from primal_jax import markdown
 from primal_jax.atomic_files import read_json
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-  """One table row under one protocol: test accuracies (%) of its finished seeds."""
-
-  cell: Cell
-  protocol: str
-  accuracies: tuple[float, ...]
-  planned: int
-  wall_seconds: tuple[float, ...]
-  keys: tuple[str, ...] = ()  # the runs' directories under runs/ (stored_rows), in seed order
-  unscored: tuple[tuple[str, int], ...] = ()  # (key, seed) of finished runs without the protocol's value
-  seeds: tuple[int, ...] = ()  # the seed of each accuracy (paired differences pair rows by seed)
-
-  @property
-  def n(self) -> int:
-    return len(self.accuracies)
-
-  @property
-  def mean(self) -> float:
-    return float(np.mean(self.accuracies)) if self.accuracies else math.nan
-
-  @property
-  def std(self) -> float:
-    """Sample standard deviation (ddof=1) over seeds; nan below two seeds."""
-    return float(np.std(self.accuracies, ddof=1)) if self.n > 1 else math.nan
 
 
 def summary_value(summary: dict, protocol: str) -> float | None:

@@ -18,14 +18,11 @@ import dataclasses
 import io
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from experiments.engine import stats
+from experiments.engine.rows import Row
 from experiments.engine.spec import Sweep
 from primal_jax import markdown
-
-if TYPE_CHECKING:
-  from experiments.engine.aggregate import Row
 
 CONFIDENCE = 0.95
 PAIRED_CSV = "paired.csv"  # beside results.csv, written for a sweep with baselines

@@ -10,15 +10,13 @@ import shlex
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from experiments.engine.records import current_config
+from experiments.engine.rows import Cell, Row
 from primal_jax.cli.config_lookup import load_config, load_module
 from primal_jax.dotted import set_dotted
 from primal_jax.errors import ConfigError
-
-if TYPE_CHECKING:
-  from experiments.engine.aggregate import Row
 
 MAIN_MODULE = "experiments.main"  # the training binary a run's command names
 
@@ -53,15 +51,6 @@ PROTOCOL_TITLE: Mapping[str, str] = types.MappingProxyType(
     "own_validation": "test at the best validation (the config's own split)",
   }
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Cell:
-  """One row of a results table: `labels` are its (column, value) pairs, `paper` the paper's accuracy (%)."""
-
-  table: str
-  labels: tuple[tuple[str, str], ...]
-  paper: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
