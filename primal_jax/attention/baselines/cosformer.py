@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from primal_jax.attention.baselines.common import check_form, compute_dtype
 from primal_jax.attention.baselines.linear import DENOMINATOR_EPS, KernelizedAttention, kernelized_attention
 from primal_jax.feature_maps import cosine_feature_map
+from primal_jax.masks import refuse_unhonoured
 from primal_jax.validation import check_positive
 
 
@@ -94,7 +95,25 @@ class CosformerAttention(KernelizedAttention):
     return 2 * head_dim
 
   def features(self, q, k, offset):
+    """Past the horizon the angle passes pi/2 and the cos weights turn negative (outputs reach 1e4 and more), so
+    a full call longer than `horizon` is refused (static shapes), and a decoding step past it is refused when
+    its position is concrete, else its outputs (and the running sums after it) are NaN (`refuse_unhonoured`;
+    `debug_checks` adds a host-callback ValueError)."""
     if self.form == "release":
       return release_cos_features(q), release_cos_features(k)
-    horizon = self.horizon or max(q.shape[2], k.shape[2])
-    return cosformer_features(q, horizon, offset), cosformer_features(k, horizon, offset)
+    length = max(q.shape[2], k.shape[2])
+    horizon = self.horizon or length
+    if not self.decode and length > horizon:
+      raise ValueError(
+        f"CosformerAttention: sequence length {length} exceeds horizon={horizon} (the re-weighting needs "
+        "horizon >= the length); set horizon >= the longest sequence, or None (the sequence length)"
+      )
+    phi_q, phi_k = cosformer_features(q, horizon, offset), cosformer_features(k, horizon, offset)
+    if self.decode:
+      ok = jnp.broadcast_to(offset + q.shape[2] <= horizon, q.shape[:1])
+      message = (
+        f"CosformerAttention: decoding past horizon={horizon} (positions >= the horizon are not defined); "
+        "start a new cache or build the layer with a larger horizon"
+      )
+      phi_q, phi_k = (refuse_unhonoured(phi, ok, message, self.debug_checks) for phi in (phi_q, phi_k))
+    return phi_q, phi_k

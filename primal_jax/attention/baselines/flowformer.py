@@ -51,7 +51,8 @@ def flow_attention(
   """Non-causal flow attention on [B, H, N|M, p] (q, k before the sigmoid); padded positions take no part.
 
   Padded queries and keys get zero features and values, the competition's softmax runs over the real keys
-  only and N, M count real positions, so real outputs equal those of the unpadded sequence.
+  only and N, M count real positions, so real outputs equal those of the unpadded sequence. A sequence with no
+  real key (fully padded) gives zeros, with finite gradients.
   """
   dt = compute_dtype(q.dtype)
   b, _, n, _ = q.shape
@@ -66,7 +67,10 @@ def flow_attention(
   conserved_source = jnp.einsum("bhmp,bhp->bhm", k + eps, jnp.sum(q * incoming[..., None], 2) + eps)
   conserved_source = jnp.clip(conserved_source, -clamp, clamp)
   allocation = jax.nn.sigmoid(conserved_sink * (n_q / jnp.maximum(n_k, 1.0))[..., None])
-  competition = jax.nn.softmax(jnp.where(wk > 0, conserved_source, -jnp.inf), axis=-1) * n_k[..., None]
+  # A sequence with no real key (fully padded) would take a softmax over only -inf (NaN, and NaN gradients
+  # even where the loss masks the row out): its logits are 0 instead, and n_k = 0 zeroes its competition.
+  padded_out = jnp.where(n_k[..., None] > 0, -jnp.inf, 0.0)  # [B, 1, 1]
+  competition = jax.nn.softmax(jnp.where(wk > 0, conserved_source, padded_out), axis=-1) * n_k[..., None]
   kv = jnp.einsum("bhmp,bhmd->bhpd", k, v * competition[..., None])
   return jnp.einsum("bhnp,bhpd->bhnd", q * incoming[..., None], kv) * allocation[..., None]
 
