@@ -102,3 +102,36 @@ def test_identical_nonzero_differences_need_the_sign_test():
   assert (same.low, same.high, same.verdict) == (0.0, 0.0, "level")
   loose = paired_difference({s: 1.0 for s in range(5)}, {s: 0.0 for s in range(5)}, confidence=0.9)
   assert loose.verdict == "higher"  # 2 * 0.5**5 = 0.0625 < 0.1
+
+
+def test_paired_p_value_is_the_t_test_and_the_interval_edge():
+  """Differences 1..5: t = 3 / (sqrt(2.5) / sqrt(5)) = 4.2426 on 4 df, two-sided p = 0.013236 (t tables)."""
+  from scipy import stats as scipy_stats
+
+  from experiments.engine.stats import paired_p_value
+
+  a = {seed: 10.0 + seed for seed in range(1, 6)}
+  b = {seed: 10.0 for seed in range(1, 6)}
+  p = paired_p_value(a, b)
+  assert p == pytest.approx(0.0132356, abs=2e-7)
+  assert p == pytest.approx(scipy_stats.ttest_rel([a[s] for s in a], [b[s] for s in a]).pvalue, rel=1e-12)
+  # The (1 - p) interval has zero on its edge.
+  assert paired_difference(a, b, confidence=1 - p).low == pytest.approx(0.0, abs=1e-9)
+  assert math.isnan(paired_p_value({0: 1.0}, {0: 0.0}))
+  assert paired_p_value({i: 2.5 for i in range(4)}, {i: 0.0 for i in range(4)}) == 2 * 0.5**4  # sign test
+  assert paired_p_value({i: 1.0 for i in range(4)}, {i: 1.0 for i in range(4)}) == 1.0
+
+
+def test_holm_adjusts_step_down_on_a_worked_example():
+  """p = (0.01, 0.04, 0.03, 0.005), m = 4: sorted 0.005, 0.01, 0.03, 0.04 -> 0.02, 0.03, 0.06, 0.06 (by hand)."""
+  from experiments.engine.stats import holm, holm_confidences
+
+  adjusted = holm([0.01, 0.04, 0.03, 0.005])
+  np.testing.assert_allclose(adjusted, [0.03, 0.06, 0.06, 0.02], rtol=1e-12)
+  assert list(adjusted <= 0.05) == [True, False, False, True]  # Bonferroni (x4) would keep only 0.005
+  np.testing.assert_allclose(holm_confidences([0.01, 0.04, 0.03, 0.005]), [1 - 0.05 / 3, 0.95, 1 - 0.05 / 2, 0.9875])
+  nan = holm([0.2, math.nan, 0.01])  # an untestable comparison is not counted in m
+  assert math.isnan(nan[1]) and nan[2] == pytest.approx(0.02) and nan[0] == pytest.approx(0.2)
+  assert holm([0.6, 0.7]).tolist() == [1.0, 1.0]  # capped at 1
+  with pytest.raises(ValueError, match="p-values must lie in"):
+    holm([1.5])

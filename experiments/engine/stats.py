@@ -84,3 +84,59 @@ def paired_difference(
   if std == 0 and mean != 0 and 2 * 0.5**n >= 1 - confidence:  # no spread: the sign test cannot tell yet
     verdict = UNRESOLVED
   return Paired(n, mean, std, low, high, verdict)
+
+
+def paired_p_value(a: Mapping[int, float], b: Mapping[int, float]) -> float:
+  """Two-sided p-value of the paired t test of a - b = 0 by seed (nan below 2 pairs or for no spread).
+
+  No spread with a nonzero mean (every pair differs by the same amount) is the sign test's p = 2 * 0.5**n, the
+  rule `paired_difference` follows there; no spread with a zero mean is p = 1.
+  """
+  seeds = sorted(set(a) & set(b))
+  differences = np.array([float(a[seed]) - float(b[seed]) for seed in seeds], dtype=np.float64)
+  n = len(differences)
+  if n < 2 or not np.all(np.isfinite(differences)):
+    return math.nan
+  mean, std = float(np.mean(differences)), float(np.std(differences, ddof=1))
+  if std == 0:
+    return 1.0 if mean == 0 else min(1.0, 2 * 0.5**n)
+  t = mean / (std / math.sqrt(n))
+  return float(2 * stats.t.sf(abs(t), n - 1))
+
+
+def holm(p_values: list[float] | np.ndarray) -> np.ndarray:
+  """Holm's step-down adjusted p-values of one family of m tests (Holm 1979), in the order given.
+
+  Sorted ascending p_(1) <= ... <= p_(m): adjusted p_(k) = max_{j <= k} min(1, (m - j + 1) p_(j)). A test is a
+  finding at family-wise level alpha iff its adjusted p-value is <= alpha. A nan p-value (a comparison that cannot
+  be tested) stays nan and does not count in m.
+  """
+  p = np.asarray(p_values, dtype=np.float64)
+  if np.any((p < 0) | (p > 1)):
+    raise ValueError(f"p-values must lie in [0, 1], got {p[(p < 0) | (p > 1)].tolist()}")
+  out = np.full(p.shape, np.nan)
+  tested = np.flatnonzero(np.isfinite(p))
+  m = len(tested)
+  order = tested[np.argsort(p[tested], kind="stable")]
+  running = 0.0
+  for j, index in enumerate(order):
+    running = max(running, min(1.0, (m - j) * p[index]))
+    out[index] = running
+  return out
+
+
+def holm_confidences(p_values: list[float] | np.ndarray, confidence: float = 0.95) -> np.ndarray:
+  """The confidence of each test's corrected interval: 1 - alpha / (m - k + 1) for the test of rank k of m.
+
+  Ranks as in `holm` (ascending p, nan left out and given nan). The interval at that level excludes zero exactly
+  when the test's own Holm step rejects (p_(k) <= alpha / (m - k + 1)); a test is a finding only where its adjusted
+  p-value is <= alpha as well, as Holm stops at the first step that does not reject.
+  """
+  alpha = 1 - confidence
+  p = np.asarray(p_values, dtype=np.float64)
+  out = np.full(p.shape, np.nan)
+  tested = np.flatnonzero(np.isfinite(p))
+  m = len(tested)
+  for k, index in enumerate(tested[np.argsort(p[tested], kind="stable")]):
+    out[index] = 1 - alpha / (m - k)
+  return out
