@@ -90,11 +90,12 @@ def test_decode_model_name():
       convert_timm.decode_model_name(bad)
 
 
-def _tiny_state_dict(depth=12):
-  """deit_tiny's sizes (12 blocks of width 192, 3 heads) on 32 x 32 images with patch 16 (5 tokens)."""
+def _tiny_state_dict(depth=12, num_primal=0):
+  """deit_tiny's sizes (12 blocks of width 192, 3 heads) on 32 x 32 images with patch 16 (5 tokens); the last
+  `num_primal` blocks the release's Primal blocks (s = 2, n = 4)."""
   sd = vref.random_state_dict(
     np.random.default_rng(5), dim=192, depth=depth, heads=3, patch=16, channels=3, tokens=5, classes=4, s=2,
-    rank_multi=2, num_primal=0,
+    rank_multi=2, num_primal=num_primal,
   )  # fmt: skip
   return sd
 
@@ -184,3 +185,59 @@ def test_timm_command_refuses_a_non_square_grid_or_non_finite_weights(tmp_path, 
     err = capsys.readouterr().err
     assert f"{name}.npz: error: checkpoint: " in err and message in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+# Issue 54.7: each of these wrote a checkpoint ("wrote OUT", exit 0) that `init_from` would load; only the fused qkv
+# weight was checked. (state_dict change, parameter, shape found, shape expected) with deit_tiny at 32 x 32.
+WRONG_SHAPES = {
+  "norm_scale": (("blocks.2.norm1.weight", np.ones(100)), "encoder/block_2/norm1/scale", "(100,)", "(192,)"),
+  "fc1_transposed": (("blocks.0.mlp.fc1.weight", "T"), "encoder/block_0/mlp/fc_in/kernel", "(768, 192)", "(192, 768)"),
+  "head_bias": (("head.bias", np.zeros(5)), "head/bias", "(5,)", "(4,)"),
+  "final_norm_bias": (("norm.bias", np.zeros(191)), "encoder/final_norm/bias", "(191,)", "(192,)"),
+  "cls_token": (("cls_token", np.zeros((1, 1, 96))), "cls_token", "(1, 1, 96)", "(1, 1, 192)"),
+  "lambda": (("blocks.11.attn.Lambda", np.ones((3, 5))), "encoder/block_11/attention/Lambda", "(3, 5)", "(3, 2)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_SHAPES))
+def test_timm_command_refuses_any_parameter_of_the_wrong_shape(tmp_path, capsys, name):
+  """One line (exit 2) naming the parameter, its state_dict key, the shape found and the shape expected; nothing
+  written. The state_dict is the committed layout the converter reads (the last block a release Primal block)."""
+  sd = _tiny_state_dict(num_primal=1)
+  (key, value), parameter, found, expected = WRONG_SHAPES[name]
+  sd[key] = sd[key].T.copy() if isinstance(value, str) else value.astype(np.float32)
+  np.savez(tmp_path / "deit.npz", **sd)
+  out = tmp_path / "out"
+  assert cli.main(["timm", str(tmp_path / "deit.npz"), str(out), "--model=deit_tiny_patch16_32"]) == 2
+  captured = capsys.readouterr()
+  assert captured.err == (
+    f"{tmp_path / 'deit.npz'}: error: checkpoint: parameter {parameter} (state_dict key {key}) has shape {found}, "
+    f"but --model=deit_tiny_patch16_32 expects {expected}\n"
+  )
+  assert "wrote" not in captured.out and not out.exists()
+
+
+def test_every_converted_parameter_names_the_state_dict_key_it_came_from():
+  """`state_dict_key` (what the refusal names) maps each leaf of a converted softmax + Primal model to a key of the
+  state_dict whose values it holds (as is, transposed, or rows of the fused projection)."""
+  from primal_jax.convert.timm import expected_param_shapes
+  from primal_jax.convert.vit import state_dict_key, vit_params
+
+  sd = _tiny_state_dict(depth=2, num_primal=1)
+  params, layers, sizes = vit_params(sd, 3)
+  named = convert_timm.decode_model_name("deit_tiny_patch16_32")
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  assert len(leaves) == len(expected_param_shapes(named, layers, sizes)) == 43
+  for path, leaf in leaves:
+    names = [str(k.key) for k in path]
+    key = state_dict_key("/".join(names), primal=names[:2] == ["encoder", "block_1"])
+    source = sd[key.split(" ")[0]]
+    if key.endswith("rows)"):  # query / key / value: its rows of the fused [3D, D] (or [2D, D]) projection
+      role = ("query", "key", "value").index(names[-2])
+      rows = source[role * 192 : (role + 1) * 192]
+      source = rows.T.reshape(leaf.shape) if names[-1] == "kernel" else rows.reshape(leaf.shape)
+    elif names[-1] == "kernel" and names[0] == "patch_embed":
+      source = source.transpose(2, 3, 1, 0)
+    elif names[-1] == "kernel":
+      source = source.T.reshape(leaf.shape)
+    np.testing.assert_array_equal(np.asarray(leaf), source.reshape(np.shape(leaf)), err_msg="/".join(names))

@@ -6,7 +6,10 @@ state_dict (a torch `.pth` / `.pt` / `.bin`, DeiT's `{"model": state_dict}` incl
 (`primal_jax.convert.vit`), checks it against the named size, and writes step 0 of a `Checkpointer`
 directory holding `{"params": ...}` plus `vit_model.json` (the sizes and layers to configure the model
 with). `restore_params` reads it as any run's checkpoint. A state_dict with NaN or infinite values, or whose
-`pos_embed` is not a square grid of patches (plus the class token), is refused before anything is written.
+`pos_embed` is not a square grid of patches (plus the class token), is refused before anything is written, and
+so is one with any parameter of another shape than the named model's (`check_param_shapes`: every leaf of the
+converted tree against the tree `VisionTransformer.init` builds, one line naming the parameter, its state_dict
+key, the shape found and the shape expected).
 """
 
 from __future__ import annotations
@@ -16,17 +19,21 @@ import re
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 
 from primal_jax.convert.cases import load_npz
-from primal_jax.convert.vit import vit_params
+from primal_jax.convert.vit import state_dict_key, vit_params
 from primal_jax.errors import ConfigError
-from primal_jax.models.vit import DEPTH, VARIANTS
+from primal_jax.models.config import TransformerConfig
+from primal_jax.models.vit import DEIT_BODY, DEPTH, VARIANTS, VisionTransformer
 
 MODEL_NAME = re.compile(r"(deit|vit)_(tiny|small|base)_patch(\d+)_(\d+)(\..+)?")
 SIZE_NAMES = {"tiny": "Ti", "small": "S", "base": "B"}
 MODEL_FILE = "vit_model.json"
 CHECKPOINT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors", ".npz")
+MLP_RATIO = 4  # timm's {deit,vit}_{tiny,small,base}: hidden_dim = 4 * dim
 
 
 def decode_model_name(name: str) -> dict:
@@ -96,6 +103,48 @@ def check_finite_weights(state_dict) -> None:
     raise ConfigError(f"checkpoint: non-finite values (NaN or inf) in {shown}; refusing to convert a broken model")
 
 
+def _leaf_shapes(tree) -> dict[str, tuple[int, ...]]:
+  leaves = jax.tree_util.tree_leaves_with_path(tree)
+  return {"/".join(str(k.key) for k in path): tuple(np.shape(leaf)) for path, leaf in leaves}
+
+
+def expected_param_shapes(named: dict, layers: tuple, sizes: dict) -> dict[str, tuple[int, ...]]:
+  """Parameter path -> shape of the `VisionTransformer` the named model is (its width, heads, depth, patch and MLP
+  ratio), with the checkpoint's attention layers, image size, channels and class count (no head when it has none),
+  from `VisionTransformer.init` traced without computing anything (`jax.eval_shape`)."""
+  config = TransformerConfig(**{
+    **DEIT_BODY, "layers": layers, "dim": named["dim"], "hidden_dim": MLP_RATIO * named["dim"],
+    "num_heads": named["num_heads"], "num_classes": max(sizes["num_classes"], 1),
+  })  # fmt: skip
+  module = VisionTransformer(config, image_size=sizes["image_size"], patch_size=named["patch_size"])
+  images = jax.ShapeDtypeStruct((1, sizes["image_size"], sizes["image_size"], sizes["channels"]), jnp.float32)
+  shapes = _leaf_shapes(nn.unbox(jax.eval_shape(module.init, jax.random.key(0), images)["params"]))
+  return {path: shape for path, shape in shapes.items() if sizes["num_classes"] or not path.startswith("head/")}
+
+
+def check_param_shapes(params: dict, expected: dict[str, tuple[int, ...]], model: str) -> None:
+  """ConfigError naming the first parameter of `params` (in the model's order) whose shape is not `expected`'s, the
+  state_dict key it came from, the shape found and the shape expected; or one the model lacks or has beyond it."""
+  found = _leaf_shapes(params)
+
+  def key(path: str) -> str:
+    parts = path.split("/")
+    primal = len(parts) > 2 and "We" in params.get("encoder", {}).get(parts[1], {}).get("attention", {})
+    return state_dict_key(path, primal)
+
+  for path, shape in expected.items():
+    if path not in found:
+      raise ConfigError(f"checkpoint: no parameter {path} ({key(path)}), which --model={model} has: shape {shape}")
+    if found[path] != shape:
+      raise ConfigError(
+        f"checkpoint: parameter {path} (state_dict key {key(path)}) has shape {found[path]}, but --model={model} "
+        f"expects {shape}"
+      )
+  extra = [path for path in found if path not in expected]
+  if extra:
+    raise ConfigError(f"checkpoint: parameter {extra[0]} ({key(extra[0])}) is not part of --model={model}")
+
+
 def convert_state_dict(state_dict, model: str) -> tuple[dict, dict]:
   """(params, model description) of a timm state_dict named `model`; sizes checked against the name."""
   named = decode_model_name(model)
@@ -111,6 +160,7 @@ def convert_state_dict(state_dict, model: str) -> tuple[dict, dict]:
   for key, expected in (("dim", named["dim"]), ("patch_size", named["patch_size"]), ("depth", DEPTH)):
     if found[key] != expected:
       raise ValueError(f"--model={model} means {key} {expected}, but the checkpoint has {found[key]}")
+  check_param_shapes(params, expected_param_shapes(named, layers, sizes), model)
   description = {
     **named,
     "num_layers": len(layers),

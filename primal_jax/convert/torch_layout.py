@@ -67,6 +67,8 @@ def head_projection(state_dict, prefix: str, num_heads: int) -> dict:
   out_dim, in_dim = w.shape
   if out_dim % num_heads:
     raise ValueError(f"{prefix}.weight has {out_dim} outputs, not divisible by num_heads={num_heads}")
+  if b.shape != (out_dim,):
+    raise ValueError(f"{prefix}.bias must have its weight's {out_dim} outputs, got shape {list(b.shape)}")
   p = out_dim // num_heads
   return {"kernel": w.T.reshape(in_dim, num_heads, p), "bias": b.reshape(num_heads, p)}
 
@@ -74,6 +76,8 @@ def head_projection(state_dict, prefix: str, num_heads: int) -> dict:
 def merge_projection(state_dict, prefix: str, num_heads: int) -> dict:
   """Linear H*p -> D as DenseGeneral over (heads, p): {kernel [H, p, D], bias [D]}."""
   w, b = _get(state_dict, prefix + ".weight"), _get(state_dict, prefix + ".bias")
+  if w.ndim != 2 or w.shape[1] % num_heads:
+    raise ValueError(f"{prefix}.weight must be [D, H*p] with H*p divisible by num_heads={num_heads}, got {w.shape}")
   out_dim, in_dim = w.shape
   return {"kernel": w.T.reshape(num_heads, in_dim // num_heads, out_dim), "bias": b}
 

@@ -58,12 +58,42 @@ def check_keys(state_dict) -> None:
     raise ValueError(f"state_dict has keys this ViT does not know: {unknown[:5]}{' ...' if len(unknown) > 5 else ''}")
 
 
+_LEAF_KEY = {"kernel": "weight", "scale": "weight", "bias": "bias"}
+_BLOCK_PART = {
+  "norm1": "norm1", "norm2": "norm2", "mlp/fc_in": "mlp.fc1", "mlp/fc_out": "mlp.fc2", "attention/out": "attn.proj",
+  "attention/combine": "attn.concate_weight", "attention/We": "attn.we", "attention/Wr": "attn.wr",
+  "attention/Lambda": "attn.Lambda",
+}  # fmt: skip
+
+
+def state_dict_key(path: str, primal: bool = False) -> str:
+  """The timm state_dict key a `VisionTransformer` parameter (`encoder/block_0/mlp/fc_in/kernel`) is read from
+  (`primal`: the block is a release Primal block, whose query and key come from the fused `attn.qk`)."""
+  parts = path.split("/")
+  if parts[0] in ("cls_token", "pos_embed"):
+    return parts[0]
+  if parts[0] in ("patch_embed", "head"):
+    return f"{'patch_embed.proj' if parts[0] == 'patch_embed' else 'head'}.{_LEAF_KEY[parts[-1]]}"
+  if parts[:2] == ["encoder", "final_norm"]:
+    return f"norm.{_LEAF_KEY[parts[-1]]}"
+  block = parts[1].removeprefix("block_")
+  part = "/".join(parts[2:])
+  if part in _BLOCK_PART:  # We, Wr, Lambda: the leaf is the parameter
+    return f"blocks.{block}.{_BLOCK_PART[part]}"
+  module, role = "/".join(parts[2:-1]), parts[-2]
+  if role in ("query", "key", "value"):
+    return f"blocks.{block}.attn.{'qk' if primal else 'qkv'}.{_LEAF_KEY[parts[-1]]} ({role} rows)"
+  return f"blocks.{block}.{_BLOCK_PART[module]}.{_LEAF_KEY[parts[-1]]}"
+
+
 def _split_fused(state_dict, prefix: str, roles: tuple[str, ...], num_heads: int) -> dict:
   """A fused Linear [len(roles) * D, D] (roles stacked along the outputs) -> one DenseGeneral per role."""
   w, b = _get(state_dict, prefix + ".weight"), _get(state_dict, prefix + ".bias")
   out_dim, width = w.shape
   if out_dim != len(roles) * width:
     raise ValueError(f"{prefix}.weight must be [{len(roles)}D, D], got {w.shape}")
+  if b.shape != (out_dim,):
+    raise ValueError(f"{prefix}.bias must be [{len(roles)}D] = [{out_dim}] as its weight, got {list(b.shape)}")
   if width % num_heads:
     raise ValueError(f"{prefix}: width {width} is not divisible by num_heads={num_heads}")
   p = width // num_heads
