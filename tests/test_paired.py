@@ -49,17 +49,19 @@ def test_write_results_pairs_a_row_with_its_baseline_by_seed(tmp_path):
   markdown = (tmp_path / "results.md").read_text()
   section = markdown.split("### Table T")[1].split("###")[0]
   assert "Paired differences vs model=Trans.:" in section
-  assert (
-    f"| D | Primal | Trans. | 3 | +{mean:.1f} | {std:.1f} | [+{mean - half:.1f}, +{mean + half:.1f}] | better |"
-    in section
-  )
-  assert "| D | Primal | Trans. | 3 | +3.0 | 1.0 | [+0.5, +5.5] | better |" in section  # the same, by hand
+  interval = f"[+{mean - half:.1f}, +{mean + half:.1f}]"  # one comparison: Holm's interval is the raw one
+  assert f"| D | Primal | Trans. | 3 | +{mean:.1f} | {std:.1f} | {interval} | {interval} | 0.035 | better |" in section
+  # The same by hand: t = 3 / (1 / sqrt 3) = 5.196 on 2 df, two-sided p = 0.0351.
+  assert "| D | Primal | Trans. | 3 | +3.0 | 1.0 | [+0.5, +5.5] | [+0.5, +5.5] | 0.035 | better |" in section
   assert "Higher is better here." in section and "nothing is called level" in section
   assert markdown.count("Paired differences") == 1  # table u has no baseline
 
   (line,) = csv.DictReader(io.StringIO((tmp_path / "paired.csv").read_text()))
   assert (line["table"], line["dataset"], line["model"], line["protocol"]) == ("t", "D", "Primal", "release")
   assert (line["baseline"], line["n"], line["verdict"], line["seeds"]) == ("model=Trans.", "3", "better", "0;1;2")
+  assert (float(line["p"]), float(line["p_holm"]), line["raw_verdict"]) == (pytest.approx(0.03510, abs=5e-5),) * 2 + (
+    "better",
+  )
   numbers = [float(line[k]) for k in ("mean", "std", "low", "high")]
   assert numbers == pytest.approx([mean, std, mean - half, mean + half], abs=1e-4)
   assert stored_rows(tmp_path)[1].seeds == (0, 1, 2)  # the docs tables' rows carry their seeds too
@@ -90,13 +92,20 @@ def test_lower_is_better_turns_the_words_and_level_needs_the_margin():
   assert primal.paired.mean == pytest.approx(-0.025) and primal.paired.high == pytest.approx(-0.025 + half)
   assert (primal.paired.verdict, primal.verdict) == ("lower", "better")
   assert (level.paired.verdict, level.verdict) == ("level", "level")
+  # Holm over the family of 2: t = -0.025 / (0.005 / sqrt 3) = -8.66 on 2 df, p = 0.01307, adjusted x2 = 0.02614;
+  # Flat's p = 1. Primal's corrected interval is at the first step's level, 1 - 0.05 / 2 (t_{0.9875, 2} = 6.2053).
+  assert (primal.p, primal.p_holm) == (pytest.approx(0.013072, abs=2e-6), pytest.approx(0.026144, abs=4e-6))
+  assert (level.p, level.p_holm) == (pytest.approx(1.0), pytest.approx(1.0))  # mean 0 up to rounding
+  holm_half = 6.205346816 * 0.005 / math.sqrt(3)
+  assert primal.corrected.high == pytest.approx(-0.025 + holm_half) and level.corrected == level.paired
   table = paired_table(sweep, rows, "t")
-  assert (
-    f"| D | Primal | Trans. | 3 | -0.025 | 0.005 | [{-0.025 - half:+.3f}, {-0.025 + half:+.3f}] | better |" in table
-  )
-  assert "| D | Flat | Trans. | 3 | +0.000 | 0.005 | [-0.012, +0.012] | level |" in table  # not -0.000
+  raw = f"[{-0.025 - half:+.3f}, {-0.025 + half:+.3f}]"
+  corrected = f"[{-0.025 - holm_half:+.3f}, {-0.025 + holm_half:+.3f}]"
+  assert f"| D | Primal | Trans. | 3 | -0.025 | 0.005 | {raw} | {corrected} | 0.026 | better |" in table
+  flat_interval = "[-0.012, +0.012]"
+  assert f"| D | Flat | Trans. | 3 | +0.000 | 0.005 | {flat_interval} | {flat_interval} | 1.000 | level |" in table
   markdown = results_markdown(sweep, rows, [])
-  assert "Lower is better here." in markdown and "level: it contains zero and lies inside ±0.05" in markdown
+  assert "Lower is better here." in markdown and "level: the Holm CI contains zero and lies inside ±0.05" in markdown
   no_margin = dataclasses.replace(sweep, level_margin=None)
   assert [c.verdict for c in comparisons(no_margin, rows, "t")] == ["better", "unresolved"]
 
@@ -123,9 +132,14 @@ def test_unpaired_seeds_missing_baselines_and_protocols():
   assert (found[0].paired.mean, found[0].paired.low) == (2.0, pytest.approx(2 - half))
   assert found[1].baseline is None and found[1].verdict == "unresolved"
   table = paired_table(sweep, rows, "t")
-  assert table.splitlines()[0] == "| dataset | model | protocol | vs | pairs | mean diff. | std | 95% CI | verdict |"
-  assert "| E | Primal | release | Trans. | 0 | - | - | - | unresolved |" in table
-  assert "| D | Primal | honest | Trans. | 2 | +20.0 | 0.0 | [+20.0, +20.0] | unresolved |" in table  # std 0, n 2
+  header = "| dataset | model | protocol | vs | pairs | mean diff. | std | 95% CI | Holm CI | p (Holm) | verdict |"
+  assert table.splitlines()[0] == header
+  assert "| E | Primal | release | Trans. | 0 | - | - | - | - | - | unresolved |" in table
+  # std 0, n 2: the sign test's p = 0.5; release's differences 1, 3: t = 2 on 1 df, p = 0.2952, adjusted x2 =
+  # 0.5903, which Holm's step-down carries to the honest row's 0.5 (the empty comparison does not count in m).
+  assert (
+    "| D | Primal | honest | Trans. | 2 | +20.0 | 0.0 | [+20.0, +20.0] | [+20.0, +20.0] | 0.590 | unresolved |" in table
+  )
 
 
 def test_a_seed_counted_twice_cannot_be_paired():
@@ -176,7 +190,9 @@ def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path,
   half = 12.706204736174698 * differences.std(ddof=1) / np.sqrt(2)
   table = docs_tables.render_table("paired:fam:t", tmp_path)
   row = f"| Primal.+DT | DT | 2 | +{differences.mean():.2f} | {differences.std(ddof=1):.2f} | "
-  assert row + f"[{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}] | unresolved |" in table
+  interval = f"[{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}]"
+  # One comparison: Holm's interval is the raw one; t = 4 / (2.83 / sqrt 2) = 2 on 1 df, p = 0.295.
+  assert row + f"{interval} | {interval} | 0.295 | unresolved |" in table
   with pytest.raises(ValueError, match="names no baseline for table 'u'"):
     docs_tables.render_table("paired:fam:u", tmp_path)
   with pytest.raises(ValueError, match=r"paired:<family>:<table>\[:<label>\]"):
@@ -186,7 +202,8 @@ def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path,
   against = docs_tables.render_table("paired:fam:t:Primal.+DT", tmp_path)
   half = 12.706204736174698 * np.std([-2.0, -6.0], ddof=1) / np.sqrt(2)
   row = f"| DT | Primal.+DT | 2 | -4.00 | {np.std([-2.0, -6.0], ddof=1):.2f} | [{-4 - half:+.2f}, {-4 + half:+.2f}] |"
-  assert row + " unresolved |" in against and "| Primal.+DT | DT |" not in against
+  assert row + f" [{-4 - half:+.2f}, {-4 + half:+.2f}] | 0.295 | unresolved |" in against
+  assert "| Primal.+DT | DT |" not in against
   marked = "<!-- table:paired:fam:t:Primal.+DT begin -->\nold\n<!-- table:paired:fam:t:Primal.+DT end -->"
   assert docs_tables.MARKER.fullmatch(marked).group("name") == "paired:fam:t:Primal.+DT"  # a label with '+' is named
   with pytest.raises(ValueError, match=r"no run of table 't' has model='Primal' \(model values: DT, Primal.\+DT\)"):
@@ -238,8 +255,12 @@ def test_the_eta_docs_table_takes_its_release_rows_from_table1_all_once(tmp_path
   assert "| PrimalFormer | 0.0003 | 97.0 (n = 1) | 0.1 | 0.001 |" in table
   assert "| PrimalFormer | 0.5 (release) | 97.0 ± 1.4 (n = 2) | 185 | 1.5 |" in table
   # Paired against eta 0: release - 0 = +1, +2 (mean 1.5, std 0.71, t(1) interval +-6.35); 0.0003: one pair.
-  assert f"| PrimalFormer | 0.5 (release) | 0 | 2 | +1.5 | 0.7 | {T1_INTERVAL} | unresolved |" in table
-  assert "| PrimalFormer | 0.0003 | 0 | 1 | +2.0 | - | - | unresolved |" in table
+  # t = 1.5 / 0.5 = 3 on 1 df: p = 0.205, the only testable comparison of the family (one pair is not a test).
+  assert (
+    f"| PrimalFormer | 0.5 (release) | 0 | 2 | +1.5 | 0.7 | {T1_INTERVAL} | {T1_INTERVAL} | 0.205 | unresolved |"
+    in table
+  )
+  assert "| PrimalFormer | 0.0003 | 0 | 1 | +2.0 | - | - | - | - | unresolved |" in table
   assert table.count("0.5 (release)") == 2  # once in the means, once in the pairs: not doubled
 
 
@@ -261,7 +282,7 @@ def test_the_table8_docs_table_finds_its_runs_by_the_sweeps_plan(tmp_path, monke
   table = results.uea_table8(tmp_path)
   assert "| Primal.+Trans. | yes | 98.9 | 97.5 ± 0.7 (n = 2) | - |" in table
   assert "| Primal.+Trans. | no | 99.2 | 99.0 ± 0.0 (n = 2) | - |" in table
-  assert f"| Primal.+Trans. | no | yes | 2 | +1.5 | 0.7 | {T1_INTERVAL} | unresolved |" in table  # +1, +2
+  assert f"| Primal.+Trans. | no | yes | 2 | +1.5 | 0.7 | {T1_INTERVAL} | {T1_INTERVAL} | 0.205 | unresolved |" in table
   monkeypatch.setattr(common, "RESULTS", tmp_path / "empty")
   with pytest.raises(ValueError, match="no finished table8 runs"):
     results.uea_table8(tmp_path)

@@ -5,10 +5,17 @@ compared with the baseline row: the row whose labels are the same but for `colum
 protocol. The difference row - baseline is paired by seed (`experiments.engine.stats.paired_difference`, 95%
 Student-t interval). A row with no such baseline row (none of its runs finished yet) shows 0 pairs.
 
-The verdicts say better / worse in the direction of `Sweep.higher_is_better` (for bits per byte, lower is better):
-  better, worse: the interval excludes zero: a finding at 95%;
-  level: the interval contains zero and lies inside ±`Sweep.level_margin` (only where the sweep sets a margin);
-  unresolved: otherwise (the interval contains zero and is wider than the margin, or fewer than 2 pairs).
+The comparisons of one table are one family: each has its paired t-test p-value, Holm's step-down adjustment
+over the family (`stats.holm`) and a corrected interval, the t interval at its Holm step's level (1 - 0.05 / (m - k +
+1) for the comparison of rank k of m; `stats.holm_confidences`), shown beside the raw 95% interval. The verdicts
+use the corrected ones and say better / worse in the direction of `Sweep.higher_is_better` (for bits per byte,
+lower is better):
+  better, worse: Holm's adjusted p-value is <= 0.05 (its corrected interval then excludes zero): a finding with
+    the family-wise error rate of the table held at 5%;
+  level: not a finding, and the corrected interval contains zero and lies inside ±`Sweep.level_margin` (only where
+    the sweep sets a margin);
+  unresolved: otherwise (fewer than 2 pairs among them).
+The raw verdict (the 95% interval alone) stays in `Comparison.paired.verdict` and paired.csv's `raw_verdict`.
 """
 
 from __future__ import annotations
@@ -41,8 +48,11 @@ class Comparison:
 
   row: Row
   baseline: Row | None
-  paired: stats.Paired
-  verdict: str  # better / worse / level / unresolved (see the module docstring)
+  paired: stats.Paired  # the raw 95% interval and its verdict
+  verdict: str  # better / worse / level / unresolved, Holm-corrected (see the module docstring)
+  p: float = math.nan  # the paired t test's two-sided p-value (nan below 2 pairs)
+  p_holm: float = math.nan  # Holm-adjusted over the table's comparisons
+  corrected: stats.Paired | None = None  # the interval at the comparison's Holm step level
 
 
 def by_seed(row: Row) -> dict[int, float]:
@@ -61,21 +71,36 @@ def _others(row: Row, column: str) -> tuple:
 
 
 def comparisons(sweep: Sweep, rows: Sequence[Row], table: str) -> list[Comparison]:
-  """The comparisons of `table` (named in `sweep.baselines`), in the order of `rows`."""
+  """The comparisons of `table` (named in `sweep.baselines`), in the order of `rows`, Holm-corrected as a family."""
   column, value = sweep.baselines[table]
   mine = [row for row in rows if row.cell.table == table and column in dict(row.cell.labels)]
   baselines = {_others(row, column): row for row in mine if dict(row.cell.labels)[column] == value}
-  out = []
+  pairs = []
   for row in mine:
-    if dict(row.cell.labels)[column] == value:
-      continue
-    baseline = baselines.get(_others(row, column))
-    empty: dict[int, float] = {}
-    paired = stats.paired_difference(
-      by_seed(row), by_seed(baseline) if baseline else empty, confidence=CONFIDENCE, margin=sweep.level_margin
-    )
-    out.append(Comparison(row, baseline, paired, JUDGED[paired.verdict][0 if sweep.higher_is_better else 1]))
+    if dict(row.cell.labels)[column] != value:
+      baseline = baselines.get(_others(row, column))
+      pairs.append((row, baseline, by_seed(row), by_seed(baseline) if baseline else {}))
+  p_values = [stats.paired_p_value(a, b) for _, _, a, b in pairs]
+  adjusted = stats.holm(p_values)
+  levels = stats.holm_confidences(p_values, CONFIDENCE)
+  direction = 0 if sweep.higher_is_better else 1
+  out = []
+  for (row, baseline, a, b), p, p_holm, level in zip(pairs, p_values, adjusted, levels, strict=True):
+    margin = sweep.level_margin
+    paired = stats.paired_difference(a, b, confidence=CONFIDENCE, margin=margin)
+    corrected = paired if math.isnan(level) else stats.paired_difference(a, b, confidence=level, margin=margin)
+    if p_holm <= 1 - CONFIDENCE:  # a finding: the sign of the mean (the corrected interval excludes zero)
+      verdict = stats.HIGHER if corrected.mean > 0 else stats.LOWER
+    else:
+      verdict = stats.LEVEL if corrected.verdict == stats.LEVEL else stats.UNRESOLVED
+    out.append(Comparison(row, baseline, paired, JUDGED[verdict][direction], p, float(p_holm), corrected))
   return out
+
+
+def _interval(p: stats.Paired | None, digits: int) -> str:
+  if p is None or math.isnan(p.low):
+    return "-"
+  return f"[{_number(p.low, digits, '+')}, {_number(p.high, digits, '+')}]"
 
 
 def _number(x: float, digits: int, sign: str = "") -> str:
@@ -85,24 +110,27 @@ def _number(x: float, digits: int, sign: str = "") -> str:
 
 def paired_table(sweep: Sweep, rows: Sequence[Row], table: str) -> str:
   """The Markdown table of `table`'s comparisons: labels, (protocol where the table has several), the baseline,
-  pairs, mean and std of the differences, the 95% interval and the verdict. Empty when nothing is compared."""
+  pairs, mean and std of the differences, the raw 95% interval, the Holm-corrected interval and p-value, and the
+  (corrected) verdict. Empty when nothing is compared."""
   found = comparisons(sweep, rows, table)
   if not found:
     return ""
   column, value = sweep.baselines[table]
   columns = list(dict.fromkeys(k for c in found for k, _ in c.row.cell.labels))
   several = len({c.row.protocol for c in found}) > 1
-  header = [*columns, *(["protocol"] if several else []), "vs", "pairs", "mean diff.", "std", "95% CI", "verdict"]
+  header = [*columns, *(["protocol"] if several else []), "vs", "pairs", "mean diff.", "std", "95% CI"]
+  header += ["Holm CI", "p (Holm)", "verdict"]
   body, d = [], sweep.digits
   for c in found:
     labels, p = dict(c.row.cell.labels), c.paired
-    interval = "-" if math.isnan(p.low) else f"[{_number(p.low, d, '+')}, {_number(p.high, d, '+')}]"
+    holm_p = "-" if math.isnan(c.p_holm) else f"{c.p_holm:.3f}"
     body.append(
       [labels.get(k, "") for k in columns]
       + ([c.row.protocol] if several else [])
-      + [value, p.n, _number(p.mean, d, "+"), _number(p.std, d), interval, c.verdict]
+      + [value, p.n, _number(p.mean, d, "+"), _number(p.std, d), _interval(p, d), _interval(c.corrected, d)]
+      + [holm_p, c.verdict]
     )
-  aligns = ["l"] * (len(columns) + several + 1) + ["r"] * 4 + ["l"]
+  aligns = ["l"] * (len(columns) + several + 1) + ["r"] * 6 + ["l"]
   return markdown.table(header, body, aligns=aligns)
 
 
@@ -116,9 +144,11 @@ def paired_note(sweep: Sweep) -> str:
   )
   return (
     "Paired by seed: the row minus its baseline on each seed both finished; mean and sample std (ddof=1) of the "
-    f"differences, 95% Student-t interval. {direction.capitalize()} is better here. better / worse: the interval "
-    f"excludes zero (a finding; where every pair differs by the same amount, std 0, only if all 6 or more agree, "
-    f"the sign test); {level}unresolved: otherwise, or fewer than 2 pairs."
+    "differences, 95% Student-t interval; the table's comparisons are one family, Holm-corrected: p (Holm) is the "
+    "adjusted p-value of the paired t test, Holm CI the interval at the comparison's Holm step level. "
+    f"{direction.capitalize()} is better here. better / worse: adjusted p <= 0.05 (a finding with the table's "
+    f"family-wise error held at 5%; where every pair differs by the same amount, std 0, the sign test's p); "
+    f"{level.replace('it contains', 'the Holm CI contains')}unresolved: otherwise, or fewer than 2 pairs."
   )
 
 
@@ -140,14 +170,19 @@ def paired_csv(sweep: Sweep, rows: Sequence[Row]) -> str:
   columns = list(dict.fromkeys(k for c in found for k, _ in c.row.cell.labels))
   buffer = io.StringIO()
   writer = csv.writer(buffer, lineterminator="\n")
-  writer.writerow(["table", *columns, "protocol", "baseline", "n", "mean", "std", "low", "high", "verdict", "seeds"])
+  header = ["table", *columns, "protocol", "baseline", "n", "mean", "std", "low", "high", "verdict", "seeds"]
+  writer.writerow(header + ["p", "p_holm", "holm_low", "holm_high", "raw_verdict"])
   for c in found:
     labels, p = dict(c.row.cell.labels), c.paired
     column, value = sweep.baselines[c.row.cell.table]
     seeds = sorted(set(c.row.seeds) & set(c.baseline.seeds)) if c.baseline else []
     numbers = ["" if math.isnan(x) else _number(x, 4) for x in (p.mean, p.std, p.low, p.high)]
+    corrected = c.corrected or p
+    extra = ["" if math.isnan(x) else f"{x:.4g}" for x in (c.p, c.p_holm)]
+    extra += ["" if math.isnan(x) else _number(x, 4) for x in (corrected.low, corrected.high)]
+    raw = JUDGED[p.verdict][0 if sweep.higher_is_better else 1]
     writer.writerow(
       [c.row.cell.table, *(labels.get(k, "") for k in columns), c.row.protocol, f"{column}={value}", p.n]
-      + [*numbers, c.verdict, ";".join(map(str, seeds))]
+      + [*numbers, c.verdict, ";".join(map(str, seeds)), *extra, raw]
     )
   return buffer.getvalue()
