@@ -75,6 +75,19 @@ def ran_on(family: str, row) -> str:
   return next(iter(counts)) if len(counts) == 1 else ", ".join(f"{d} {n}" for d, n in sorted(counts.items()))
 
 
+def params(family: str, row) -> str:
+  """The row's trained parameter count (summary `num_params`), '1,234' or 'a-b' where its runs differ, '-' where
+  no counted run recorded one: tables show it beside each score, so a comparison of unequal sizes is visible."""
+  counts = set()
+  for key in row.keys:
+    path = common.RESULTS / family / "sweep" / "runs" / key / "summary.json"
+    if path.exists() and (count := read_json(path, "a run's summary").get("num_params")) is not None:
+      counts.add(int(count))
+  if not counts:
+    return "-"
+  return f"{min(counts):,}" if len(counts) == 1 else f"{min(counts):,}-{max(counts):,}"
+
+
 def _paper(row) -> str:
   return "-" if row.cell.paper is None else f"{row.cell.paper:.1f}"
 
@@ -88,9 +101,9 @@ def d4rl_sweep(table: str, base: Path) -> str:
     data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
     setting = _setting(labels, ("env", "dataset", "model"), default="release")
     body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
-    body[-1] += [_paper(row), mean_std(row), _per_run(row), ran_on("d4rl", row)]
-  header = ["env", "dataset", "model", "setting", "dataset mean", "paper (D4RL)", "ours (embedded)", "time/run"]
-  return markdown.table(header + ["ran on"], body, numeric_from=4)
+    body[-1] += [params("d4rl", row), _paper(row), mean_std(row), _per_run(row), ran_on("d4rl", row)]
+  header = ["env", "dataset", "model", "setting", "dataset mean", "params", "paper (D4RL)", "ours (embedded)"]
+  return markdown.table(header + ["time/run", "ran on"], body, numeric_from=4)
 
 
 def vit_sweep(table: str, base: Path) -> str:
@@ -98,9 +111,10 @@ def vit_sweep(table: str, base: Path) -> str:
   body = []
   for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
     labels = dict(row.cell.labels)
-    body.append([labels["model"], _setting(labels, ("dataset", "model")), _paper(row), mean_std(row)])
-    body[-1] += [_per_run(row), ran_on("vit", row)]
-  header = ["model", "setting", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run", "ran on"]
+    body.append([labels["model"], _setting(labels, ("dataset", "model")), params("vit", row), _paper(row)])
+    body[-1] += [mean_std(row), _per_run(row), ran_on("vit", row)]
+  header = ["model", "setting", "params", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run"]
+  header += ["ran on"]
   return markdown.table(header, body, numeric_from=2)
 
 
@@ -111,8 +125,10 @@ def lra_sweep(table: str, base: Path) -> str:
   body = []
   for row in _rows("lra", table, (*order, "Primal.+Trans.")):
     labels = dict(row.cell.labels)
-    body.append([labels["dataset"], labels["model"], _paper(row), mean_std(row), _per_run(row), ran_on("lra", row)])
-  header = ["task", "model", "paper (Table 2)", "ours (`short`, test at best validation)", "time/run", "ran on"]
+    body.append([labels["dataset"], labels["model"], params("lra", row), _paper(row), mean_std(row)])
+    body[-1] += [_per_run(row), ran_on("lra", row)]
+  header = ["task", "model", "params", "paper (Table 2)", "ours (`short`, test at best validation)", "time/run"]
+  header += ["ran on"]
   return markdown.table(header, body, numeric_from=2)
 
 
@@ -154,9 +170,10 @@ def lm_sweep(table: str, base: Path) -> str:
 
   for row in _rows("lm", table, [label for label, _, _ in MODELS]):
     labels = dict(row.cell.labels)
-    body.append([labels["model"], _setting(labels, ("model",)), _paper(row), mean_std(row, digits=3)])
-    body[-1] += [_per_run(row), ran_on("lm", row)]
-  header = ["model", "setting", "release README (WikiText-103 ppl)", "ours (test bits/byte)", "time/run", "ran on"]
+    body.append([labels["model"], _setting(labels, ("model",)), params("lm", row), _paper(row)])
+    body[-1] += [mean_std(row, digits=3), _per_run(row), ran_on("lm", row)]
+  header = ["model", "setting", "params", "release README (WikiText-103 ppl)", "ours (test bits/byte)", "time/run"]
+  header += ["ran on"]
   return markdown.table(header, body, numeric_from=2)
 
 
