@@ -71,8 +71,9 @@ def test_a_sweep_table_leaves_out_a_run_without_its_metric(tmp_path, monkeypatch
     (runs / key / "result.json").write_text(json.dumps({"wall_seconds": 120.0, "runs": [entry], "summary": summary}))
   monkeypatch.setattr(common, "RESULTS", tmp_path)
   table = sweeps.vit_sweep("short", tmp_path)
-  assert "| DeiT | - | - | 80.0 | 50.0 (n = 1) | 2.0 min | CPU |" in table  # no summary.json: no parameter count
-  assert table.endswith("| Primal.+DeiT | - | - | - | - | - | - |")
+  # No summary.json: no parameter count, and a legacy record (no commit named).
+  assert "| DeiT | - | - | 80.0 | 50.0 (n = 1) | 2.0 min | CPU | legacy, no commit: 1 of 1 |" in table
+  assert table.endswith("| Primal.+DeiT | - | - | - | - | - | - | - |")
   assert "run b (short model=DeiT, seed 1, own_validation) has no `test_at_best_validation`" in caplog.text
 
 
@@ -92,13 +93,19 @@ def test_lra_table_follows_the_papers_column_order_and_marks_missing_seeds(tmp_p
     (runs / key).mkdir(parents=True)
     (runs / key / "result.json").write_text(json.dumps({"wall_seconds": 600.0, "runs": [entry], "summary": summary}))
   # The parameter count comes from each run's summary.json: one count, a range where the runs differ, or none.
+  # Its provenance: the commit (a clean tree), a dirty tree, or none (legacy).
+  origins = {"a": {"commit": "abcdef0123", "dirty": False}, "b": {"commit": "1234567890", "dirty": False}}
+  origins["c"] = {"commit": "abcdef0123", "dirty": True}
   for key, count in (("a", 227_000), ("b", 227_500), ("c", 160_000)):
-    (runs / key / "summary.json").write_text(json.dumps({"num_params": count}))
+    (runs / key / "summary.json").write_text(json.dumps({"num_params": count, "provenance": origins[key]}))
   monkeypatch.setattr(common, "RESULTS", tmp_path)
   lines = render_table("lra:listops", tmp_path).splitlines()
   assert lines[0].startswith("| task | model | params | paper (Table 2) |")
-  assert lines[2] == "| ListOps | Trans. | 160,000 | 37.1 | 20.0 (n = 1) | 10.0 min | CPU |"
-  assert lines[3] == "| ListOps | PrimalFormer | 227,000-227,500 | 37.3 | 37.0 ± 1.4 (n = 2) | 10.0 min | CPU |"
+  assert lines[2] == "| ListOps | Trans. | 160,000 | 37.1 | 20.0 (n = 1) | 10.0 min | CPU | dirty tree: 1 of 1 |"
+  primal = (
+    "| ListOps | PrimalFormer | 227,000-227,500 | 37.3 | 37.0 ± 1.4 (n = 2) | 10.0 min | CPU | 1234567, abcdef0 |"
+  )
+  assert lines[3] == primal
   assert lines[4].startswith("| ListOps | Primal.+Trans. | - | 37.3 | 30.0 (n = 1) |")
   with pytest.raises(ValueError, match="no finished runs of table 'image'"):
     render_table("lra:image", tmp_path)

@@ -88,6 +88,34 @@ def params(family: str, row) -> str:
   return f"{min(counts):,}" if len(counts) == 1 else f"{min(counts):,}-{max(counts):,}"
 
 
+def run_origin(run_dir: Path) -> tuple[str | None, bool | None]:
+  """(commit, dirty) a run's record names: its summary's `provenance` (since 2026-11-26), else the
+  `provenance.json` beside it; (None, None) for a legacy record that names none."""
+  for name, field in (("summary.json", "provenance"), ("provenance.json", None)):
+    path = run_dir / name
+    if path.exists():
+      record = read_json(path, "a run's record")
+      origin = record.get(field) if field else record
+      if origin and origin.get("commit"):
+        return origin["commit"], origin.get("dirty")
+  return None, None
+
+
+def provenance(family: str, row) -> str:
+  """Which code the row's counted runs name: their short commit(s) ('3 commits' beyond two) where every record
+  names a commit and a clean tree; otherwise how many are 'legacy, no commit' or from a 'dirty' tree."""
+  origins = [run_origin(common.RESULTS / family / "sweep" / "runs" / key) for key in row.keys]
+  if not origins:
+    return "-"
+  legacy = sum(commit is None for commit, _ in origins)
+  dirty = sum(commit is not None and dirty is not False for commit, dirty in origins)
+  if legacy or dirty:
+    parts = [f"legacy, no commit: {legacy} of {len(origins)}"] * bool(legacy)
+    return "; ".join(parts + [f"dirty tree: {dirty} of {len(origins)}"] * bool(dirty))
+  commits = sorted({commit[:7] for commit, _ in origins})
+  return ", ".join(commits) if len(commits) <= 2 else f"{len(commits)} commits"
+
+
 def _paper(row) -> str:
   return "-" if row.cell.paper is None else f"{row.cell.paper:.1f}"
 
@@ -102,8 +130,9 @@ def d4rl_sweep(table: str, base: Path) -> str:
     setting = _setting(labels, ("env", "dataset", "model"), default="release")
     body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
     body[-1] += [params("d4rl", row), _paper(row), mean_std(row), _per_run(row), ran_on("d4rl", row)]
+    body[-1] += [provenance("d4rl", row)]
   header = ["env", "dataset", "model", "setting", "dataset mean", "params", "paper (D4RL)", "ours (embedded)"]
-  return markdown.table(header + ["time/run", "ran on"], body, numeric_from=4)
+  return markdown.table(header + ["time/run", "ran on", "code"], body, numeric_from=4)
 
 
 def vit_sweep(table: str, base: Path) -> str:
@@ -112,9 +141,9 @@ def vit_sweep(table: str, base: Path) -> str:
   for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("dataset", "model")), params("vit", row), _paper(row)])
-    body[-1] += [mean_std(row), _per_run(row), ran_on("vit", row)]
+    body[-1] += [mean_std(row), _per_run(row), ran_on("vit", row), provenance("vit", row)]
   header = ["model", "setting", "params", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run"]
-  header += ["ran on"]
+  header += ["ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
@@ -126,9 +155,9 @@ def lra_sweep(table: str, base: Path) -> str:
   for row in _rows("lra", table, (*order, "Primal.+Trans.")):
     labels = dict(row.cell.labels)
     body.append([labels["dataset"], labels["model"], params("lra", row), _paper(row), mean_std(row)])
-    body[-1] += [_per_run(row), ran_on("lra", row)]
+    body[-1] += [_per_run(row), ran_on("lra", row), provenance("lra", row)]
   header = ["task", "model", "params", "paper (Table 2)", "ours (`short`, test at best validation)", "time/run"]
-  header += ["ran on"]
+  header += ["ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
@@ -171,9 +200,9 @@ def lm_sweep(table: str, base: Path) -> str:
   for row in _rows("lm", table, [label for label, _, _ in MODELS]):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("model",)), params("lm", row), _paper(row)])
-    body[-1] += [mean_std(row, digits=3), _per_run(row), ran_on("lm", row)]
+    body[-1] += [mean_std(row, digits=3), _per_run(row), ran_on("lm", row), provenance("lm", row)]
   header = ["model", "setting", "params", "release README (WikiText-103 ppl)", "ours (test bits/byte)", "time/run"]
-  header += ["ran on"]
+  header += ["ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
