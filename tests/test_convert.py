@@ -719,3 +719,105 @@ def test_load_case_errors(tmp_path):
 def test_runners_cover_the_release_classes():
   # The release's RL Flowformer layer (a baseline) has its float64 reference in tests/test_reformer_flowformer.py.
   assert set(convert_cases.RUNNERS) - {"Flowformer_attention"} == set(tref.RUNNERS)
+
+
+# ============================================================================ issue 54.8: inputs verify cannot read
+
+
+def _tiny_ts_case(folder: Path) -> Path:
+  """A one-layer time-series case with its per-layer file `ts_layer0.npz` beside it (outputs layer0/escore, rscore)."""
+  return _ts_case(
+    folder, "ts", seed=9, layers=1, batch=2, length=6, dim=8, heads=2, max_len=6, s=3, rank_multi=2, classes=3, eta=0.1
+  )
+
+
+def _damage(path: Path, member: str) -> None:
+  """Flips a byte in the middle of `member`'s (compressed) data inside the zip archive at `path`."""
+  import zipfile
+
+  with zipfile.ZipFile(path) as zf:
+    info = zf.getinfo(member)
+  data = bytearray(path.read_bytes())
+  name_len, extra_len = (
+    int.from_bytes(data[info.header_offset + k : info.header_offset + k + 2], "little") for k in (26, 28)
+  )
+  start = info.header_offset + 30 + name_len + extra_len
+  data[start + info.compress_size // 2] ^= 0xFF
+  path.write_bytes(bytes(data))
+
+
+def _verify_one_line(path: Path, capsys) -> tuple[int, str]:
+  status = cli.main(["verify", str(path)])
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith(f"{path}: error: "), err  # one line naming the file, no traceback
+  return status, err
+
+
+@pytest.mark.parametrize("member", ["x.npy", "param_keys.npy"])
+def test_verify_refuses_a_damaged_archive_with_exit_2(tmp_path, capsys, member):
+  """Issue 54.8: a CRC-damaged .npz ended in a zipfile traceback (exit 1, the status of a wrong conversion)."""
+  path = _tiny_ts_case(tmp_path)
+  load_case(str(path))  # readable before the damage
+  _damage(path, member)
+  status, err = _verify_one_line(path, capsys)
+  assert status == 2
+  assert f"array {member[:-4]!r} cannot be read (" in err and "the archive is damaged" in err, err
+
+
+def test_timm_refuses_a_damaged_state_dict_with_exit_2(tmp_path, capsys):
+  z = np.load(REPO / "tests" / "data" / "timm_vit_small.npz")
+  np.savez_compressed(tmp_path / "sd.npz", **{k: z[k] for k in z.files})
+  _damage(tmp_path / "sd.npz", "blocks.0.mlp.fc1.weight.npy")
+  status = cli.main(["timm", str(tmp_path / "sd.npz"), str(tmp_path / "out"), "--model=deit_small_patch16_224"])
+  err = capsys.readouterr().err
+  assert status == 2 and "array 'blocks.0.mlp.fc1.weight' cannot be read" in err and err.count("\n") == 1, err
+  assert not (tmp_path / "out").exists()
+
+
+BAD_JSON = {
+  # (what to do to the parsed JSON, the message's tail)
+  "a_list": (lambda meta: [meta], r"ts\.json must hold a JSON object \(a reference case's description\), got a list"),
+  "eta_string": (
+    lambda meta: {**meta, "config": {**meta["config"], "eta": "0.1"}},
+    r"ts\.json: config\.eta must be a number, got '0\.1' \(a string\)",
+  ),
+  "config_list": (lambda meta: {**meta, "config": [1]}, r"ts\.json: config must be an object, got \[1\] \(a list\)"),
+  "outputs_list": (lambda meta: {**meta, "outputs": ["out"]}, r"ts\.json: outputs must be an object, got \['out'\]"),
+  "class_number": (
+    lambda meta: {**meta, "torch_module": {"class": 3}},
+    r"ts\.json: torch_module\.class must be a string, got 3 \(a int\)",
+  ),
+  "heads_bool": (
+    lambda meta: {**meta, "torch_module": {"class": "Flowformer_attention"}, "config": {"n_heads": True}},
+    r"ts\.json: config\.n_heads must be an integer, got True \(true/false\)",
+  ),
+  "heads_missing": (
+    lambda meta: {**meta, "torch_module": {"class": "Flowformer_attention"}, "config": {}},
+    r"ts\.json: config has no 'n_heads' \(an integer\), which a Flowformer_attention case needs",
+  ),
+  "not_json": (None, r"ts\.json is not valid JSON \(Expecting value: line 1 column 1 \(char 0\)\)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_JSON))
+def test_verify_refuses_a_case_json_of_the_wrong_shape_with_exit_2(tmp_path, capsys, name):
+  """Issue 54.8: a JSON list, or a field of the wrong type, ended in a traceback (exit 1) from inside the runner."""
+  _tiny_ts_case(tmp_path)
+  change, message = BAD_JSON[name]
+  json_path = tmp_path / "ts.json"
+  json_path.write_text("nope" if change is None else json.dumps(change(json.loads(json_path.read_text()))))
+  status, err = _verify_one_line(tmp_path / "ts.npz", capsys)
+  assert status == 2 and re.search(message, err), err
+
+
+def test_verify_names_a_missing_per_layer_file(tmp_path, capsys):
+  """Issue 54.8: a per-layer output file the JSON names but that is absent read "not an .npz archive"."""
+  _tiny_ts_case(tmp_path)
+  case = load_case(str(tmp_path / "ts.npz"))
+  with np.load(tmp_path / "ts_layer0.npz") as side:
+    np.testing.assert_array_equal(case.outputs["layer0/escore"], side["escore"])  # read from the side file
+  (tmp_path / "ts_layer0.npz").unlink()
+  status, err = _verify_one_line(tmp_path / "ts.npz", capsys)
+  assert status == 2
+  assert f"output 'layer0/escore' is in ts_layer0.npz, which is missing beside {tmp_path / 'ts.npz'}" in err, err
+  assert "not an .npz archive" not in err

@@ -241,3 +241,14 @@ def test_every_converted_parameter_names_the_state_dict_key_it_came_from():
     elif names[-1] == "kernel":
       source = source.T.reshape(leaf.shape)
     np.testing.assert_array_equal(np.asarray(leaf), source.reshape(np.shape(leaf)), err_msg="/".join(names))
+
+
+def test_timm_command_names_a_fused_bias_of_the_wrong_length(tmp_path, capsys):
+  """A fused qk / qkv bias one short was a numpy 'cannot reshape array of size 383' (exit 2, no parameter named)."""
+  sd = _tiny_state_dict(depth=12, num_primal=1)
+  sd["blocks.11.attn.qk.bias"] = sd["blocks.11.attn.qk.bias"][:-1]
+  np.savez(tmp_path / "deit.npz", **sd)
+  assert cli.main(["timm", str(tmp_path / "deit.npz"), str(tmp_path / "out"), "--model=deit_tiny_patch16_32"]) == 2
+  err = capsys.readouterr().err
+  assert err.endswith(": error: blocks.11.attn.qk.bias must be [2D] = [384] as its weight, got [383]\n"), err
+  assert not (tmp_path / "out").exists()

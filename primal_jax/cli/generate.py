@@ -41,7 +41,8 @@ def generate_from_run(
     raise ValueError(f"--workdir {workdir}: prompts are encoded as bytes; its task is {config.data.task!r}")
   ids = [list(p.encode("utf-8")) for p in prompts]
   _check_checkpoint(workdir, step)
-  experiment, state = load_state(config, workdir, step=step)
+  # A step named by --step is read as it is, whatever the state of the latest one (its own restore verifies it).
+  experiment, state = load_state(config, workdir, step=step, allow_corrupt=step is not None)
   out = generation.generate(
     experiment.built.module, state.params, ids, max_new_tokens=max_new_tokens, options=options, seed=seed,
     prefill_chunk=prefill_chunk,
@@ -64,6 +65,31 @@ def _check_checkpoint(workdir: str, step: int | None) -> None:
     )
   if step is not None and step not in steps:
     raise ValueError(f"--step {step}: {directory} holds the steps {steps}; pass one of them (no --step: the latest)")
+  if step is None:
+    _check_latest_readable(workdir, directory, steps)
+
+
+def _check_latest_readable(workdir: str, directory, steps: list[int]) -> None:
+  """ValueError naming --step (the flag a CLI user has) when the latest checkpoint cannot be opened; the
+  Checkpointer's own refusal speaks to Python callers (allow_corrupt=True), which this command is not."""
+  from primal_jax.training.checkpointing.checkpointer import Checkpointer
+  from primal_jax.training.checkpointing.format import CheckpointError
+
+  try:
+    Checkpointer(directory, max_to_keep=None).close()  # reads each step's small records, no array data
+  except CheckpointError as err:
+    text = str(err)
+    if "Cause: " in text:  # "... or pass allow_corrupt=True to open DIR anyway (...). Cause: <reason>"
+      text = f"the latest checkpoint {directory / str(steps[-1])} is unreadable ({text.rpartition('Cause: ')[2]})"
+    earlier = err.previous_good
+    if earlier is None:
+      earlier = max((s for s in steps if s < steps[-1]), default=None)
+    action = (
+      f"pass --step={earlier} to generate from an earlier step (saved: {steps}), or move the damaged step away"
+      if earlier is not None
+      else "no earlier step was saved: train the run again"
+    )
+    raise ValueError(f"--workdir {workdir}: {' '.join(text.split()).rstrip('.')}; {action}") from err
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Callable
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +21,9 @@ from flax.errors import ScopeParamShapeError
 
 from primal_jax.attention import PrimalAttention
 from primal_jax.convert import torch_layout
-from primal_jax.convert.baseline_cases import release_attention, run_flowformer_layer, run_lra_baseline
-from primal_jax.convert.rl_case import run_decision_transformer
-from primal_jax.convert.vit import run_combo_vision_transformer
-from primal_jax.errors import ConfigError
+from primal_jax.convert.baseline_cases import release_attention, run_lra_baseline
+from primal_jax.convert.kinds import CASE_KINDS, check_case_json, module_class
+from primal_jax.errors import ConfigError, MissingFileError
 from primal_jax.ksvd import RELEASE_SEQUENCE, KSVDSpec, collect_terms, ksvd_loss, ksvd_loss_per_sample
 from primal_jax.models import SequenceClassifier, TransformerConfig
 from primal_jax.sampling import release_sample_indices
@@ -40,18 +39,39 @@ class ReferenceCase:
   outputs: dict[str, np.ndarray]
 
 
-def load_npz(path: str | os.PathLike):
-  """`np.load` of an `.npz` archive, with a `ConfigError` naming the file when it is not one (numpy's own
-  message, about pickled data, points the wrong way)."""
+def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+  """Every array of an `.npz` archive, read now, so that a damaged one (a CRC error, a truncated member, an array
+  numpy cannot read without pickles) is a `ConfigError` naming the file and the array, not a traceback later; one
+  that is not an archive at all (numpy's own message, about pickled data, points the wrong way) names the file."""
+  path = os.fspath(path)
   try:
     archive = np.load(path)
   except (OSError, ValueError, zipfile.BadZipFile) as err:
-    raise ConfigError(
-      f"{os.fspath(path)} is not an .npz archive (a zip of .npy arrays, as numpy.savez writes)"
-    ) from err
+    if isinstance(err, FileNotFoundError):
+      raise MissingFileError(f"{path} does not exist") from err
+    raise ConfigError(f"{path} is not an .npz archive (a zip of .npy arrays, as numpy.savez writes)") from err
   if not isinstance(archive, np.lib.npyio.NpzFile):
-    raise ConfigError(f"{os.fspath(path)} holds one array (.npy), not an .npz archive of named arrays")
-  return archive
+    raise ConfigError(f"{path} holds one array (.npy), not an .npz archive of named arrays")
+  arrays = {}
+  with archive:
+    for name in archive.files:
+      try:
+        arrays[name] = archive[name]
+      except (zipfile.BadZipFile, zlib.error, OSError, ValueError, EOFError) as err:
+        cause = " ".join(str(err).split()) or type(err).__name__
+        raise ConfigError(f"{path}: array {name!r} cannot be read ({cause}): the archive is damaged") from err
+  return arrays
+
+
+def read_case_json(json_path: str) -> dict:
+  """A case's JSON, checked (`kinds.check_case_json`): one ConfigError line naming the file and the field."""
+  try:
+    with open(json_path, encoding="utf-8") as f:
+      meta = json.load(f)
+  except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+    raise ConfigError(f"{json_path} is not valid JSON ({' '.join(str(err).split())})") from err
+  check_case_json(meta, json_path)
+  return meta
 
 
 def load_case(npz_path: str) -> ReferenceCase:
@@ -61,21 +81,31 @@ def load_case(npz_path: str) -> ReferenceCase:
   json_path = npz_path[: -len(".npz")] + ".json"
   if not os.path.isfile(json_path):
     raise FileNotFoundError(f"missing {json_path!r} beside {npz_path!r}")
-  with open(json_path) as f:
-    meta = json.load(f)
+  meta = read_case_json(json_path)
   z = load_npz(npz_path)
   for required in ("param_keys", "input_keys", "output_keys"):
     if required not in z:
       raise ValueError(f"{npz_path} has no {required!r} array: not a reference case")
-  params = {str(k): z[str(k)] for k in z["param_keys"]}
-  inputs = {str(k): z[str(k)] for k in z["input_keys"]}
-  outputs = {str(k): z[str(k)] for k in z["output_keys"]}
+
+  def named(list_key: str) -> dict[str, np.ndarray]:
+    missing = [str(k) for k in z[list_key] if str(k) not in z]
+    if missing:
+      raise ConfigError(f"{npz_path}: {list_key} names {missing[0]!r}, which the archive does not hold")
+    return {str(k): z[str(k)] for k in z[list_key]}
+
+  params, inputs, outputs = named("param_keys"), named("input_keys"), named("output_keys")
   folder, name = os.path.dirname(npz_path), meta.get("case", os.path.basename(npz_path)[:-4])
   for key, info in meta.get("outputs", {}).items():
     file = info.get("file")
     if file and file != os.path.basename(npz_path) and key not in outputs:
-      extra = load_npz(os.path.join(folder, file))
-      outputs[key] = extra[info.get("key_in_file", key.split("/")[-1])]
+      side = os.path.join(folder, file)
+      if not os.path.isfile(side):
+        raise MissingFileError(f"output {key!r} is in {file}, which is missing beside {npz_path} (its JSON names it)")
+      extra = load_npz(side)
+      in_file = info.get("key_in_file", key.split("/")[-1])
+      if in_file not in extra:
+        raise ConfigError(f"output {key!r}: {side} has no array {in_file!r}")
+      outputs[key] = extra[in_file]
   return ReferenceCase(name, meta, params, inputs, outputs)
 
 
@@ -192,15 +222,7 @@ def run_fairseq_layer(case: ReferenceCase) -> dict[str, np.ndarray]:
   )
 
 
-RUNNERS: dict[str, Callable[[ReferenceCase], dict]] = {
-  "ModelForSC": run_lra_classifier,
-  "AttentionLayer": run_timeseries_layers,
-  "Primal_attention": run_rl_layer,
-  "PrimalMultiheadAttention": run_fairseq_layer,
-  "DecisionTransformer": run_decision_transformer,
-  "ComboVisionTransformer": run_combo_vision_transformer,
-  "Flowformer_attention": run_flowformer_layer,
-}
+RUNNERS = CASE_KINDS  # the kinds of case `run_case` runs (`primal_jax.convert.kinds`), by torch_module.class
 
 
 FRONTENDS = ("linen", "nnx")
@@ -213,19 +235,21 @@ def run_case(case: ReferenceCase, frontend: str = "linen") -> dict[str, np.ndarr
   (`primal_jax.nnx.through_nnx`); a case without one is a ValueError.
   """
   check_choice(frontend, FRONTENDS, "frontend")
-  module_class = case.meta.get("torch_module", {}).get("class", "").split(" ")[0]
-  if module_class not in RUNNERS:
-    raise ValueError(f"case {case.name!r}: unsupported module class {module_class!r}; known: {tuple(RUNNERS)}")
+  kind = module_class(case.meta)
+  if kind not in CASE_KINDS:
+    raise ValueError(f"case {case.name!r}: unsupported module class {kind!r}; known: {tuple(CASE_KINDS)}")
+  check_case_json(case.meta, f"case {case.name!r}")  # a case built in code, not read by `load_case`
+  run = CASE_KINDS[kind].runner(kind)
   try:
     if frontend == "nnx":
       from primal_jax.nnx.convert import through_nnx  # imported only when asked for
 
       with through_nnx() as substituted:
-        outputs = RUNNERS[module_class](case)
+        outputs = run(case)
       if not substituted.calls:
         raise ValueError(f"case {case.name!r}: no attention layer ran through the NNX layers")
     else:
-      outputs = RUNNERS[module_class](case)
+      outputs = run(case)
   except ScopeParamShapeError as err:
     raise _wrong_shape(case, str(err)) from err
   return {k: np.asarray(v) for k, v in outputs.items()}

@@ -8,8 +8,11 @@ of `VisionTransformer` params that `config.init_from` accepts
 
 Exit status: 0 when everything passed; 1 when an output is beyond the
 tolerance (the conversion is wrong); 2 when an input cannot be used (not an
-.npz archive, a missing file or key, a weight of the wrong shape), each said in
-one line `FILE: error: ...` naming the file and, where it is one, the parameter.
+.npz archive, a damaged one, a missing file or key, a case JSON that is not an
+object or has a field of the wrong type, a weight of the wrong shape), each
+said in one line `FILE: error: ...` naming the file and, where it is one, the
+parameter or field. The kinds of case verify runs, and the JSON fields each
+reads: `primal_jax.convert.kinds`.
 """
 
 from __future__ import annotations
@@ -53,9 +56,11 @@ def verify(path: str, tolerance: float, out=None, frontend: str = "linen", preci
   return all(err <= tolerance for err in errors.values())
 
 
-def _one_line(err: BaseException) -> str:
+def _report(path: str, err: BaseException) -> None:
+  """`FILE: error: <the error in one line>` on stderr (the file said once, where the message starts with it too)."""
   text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)  # KeyError quotes its text
-  return " ".join(text.split())
+  text = " ".join(text.split()).removeprefix(f"{path}: ")
+  print(f"{path}: error: {text}", file=sys.stderr)
 
 
 def _timm(args) -> int:
@@ -64,7 +69,7 @@ def _timm(args) -> int:
   try:
     described = convert_timm_checkpoint(args.checkpoint, args.out_dir, args.model)
   except INPUT_ERRORS as err:
-    print(f"{args.checkpoint}: error: {_one_line(err)}", file=sys.stderr)
+    _report(args.checkpoint, err)
     return EXIT_BAD_INPUT
   print(f"wrote {args.out_dir}: {args.model} ({described['num_layers']} blocks, {described['num_classes']} classes)")
   print(json.dumps(described))
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
       ok &= verify(path, args.tolerance, frontend=args.frontend, precision=args.precision)
     except INPUT_ERRORS as err:
-      print(f"{path}: error: {_one_line(err)}", file=sys.stderr)
+      _report(path, err)
       bad_input = True
   if not ok or not bad_input:  # a bad input has said its one line already
     print("all outputs within tolerance" if ok else "FAILED", file=sys.stderr)

@@ -70,7 +70,7 @@ def load_state_dict(path: str | Path) -> dict[str, np.ndarray]:
     )
   if suffix == ".npz":
     z = load_npz(path)
-    keys = [str(k) for k in z["param_keys"]] if "param_keys" in z else list(z.files)
+    keys = [str(k) for k in z["param_keys"]] if "param_keys" in z else list(z)
     return {k: np.asarray(z[k], np.float32) for k in keys}
   if suffix == ".safetensors":
     try:

@@ -164,10 +164,13 @@ def load_run_config(workdir: str | Path, data_dir: str | None = None):
   return config
 
 
-def load_state(config, workdir: str | Path, step: int | None = None) -> tuple[Experiment, TrainState]:
-  """The experiment of `config` and the state saved in `workdir` (latest step by default)."""
+def load_state(
+  config, workdir: str | Path, step: int | None = None, *, allow_corrupt: bool = False
+) -> tuple[Experiment, TrainState]:
+  """The experiment of `config` and the state saved in `workdir` (latest step by default). `allow_corrupt`: open
+  the checkpoints even when the latest step is damaged (to read an earlier `step`; see `Checkpointer`)."""
   experiment = build_experiment(config)
-  with Checkpointer(Path(workdir) / WORKDIR_SUBDIR) as ckpt:
+  with Checkpointer(Path(workdir) / WORKDIR_SUBDIR, allow_corrupt=allow_corrupt) as ckpt:
     state, _ = ckpt.restore(experiment.abstract, step=step)
   return experiment, state
 
