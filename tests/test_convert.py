@@ -821,3 +821,24 @@ def test_verify_names_a_missing_per_layer_file(tmp_path, capsys):
   assert status == 2
   assert f"output 'layer0/escore' is in ts_layer0.npz, which is missing beside {tmp_path / 'ts.npz'}" in err, err
   assert "not an .npz archive" not in err
+
+
+def test_a_registered_case_kind_has_its_fields_checked(tmp_path, capsys):
+  """A kind added to `kinds.CASE_KINDS` (what H6's KEP-SVGP kind does) gets the same JSON check: its declared field
+  of the wrong type is one line; once the block ends the class is unknown again."""
+  from primal_jax.convert.kinds import CASE_KINDS, INT, CaseKind, Field
+
+  path = _tiny_ts_case(tmp_path)
+  meta = json.loads((tmp_path / "ts.json").read_text())
+  meta["torch_module"]["class"] = "MyLayer"
+  meta["config"]["d_model"] = "8"
+  (tmp_path / "ts.json").write_text(json.dumps(meta))
+  with pytest.raises(ValueError, match="a lazy entry must be 'module:attribute'"):
+    CaseKind("run_my_layer")
+  kind = CaseKind("primal_jax.convert.cases:run_timeseries_layers", {"d_model": Field(INT)})
+  with CASE_KINDS.registered("MyLayer", kind):
+    status, err = _verify_one_line(path, capsys)
+    assert status == 2 and "ts.json: config.d_model must be an integer, got '8' (a string)" in err, err
+  case = load_case(str(path))  # the kind's fields are not checked once it is gone; the class is then unknown
+  with pytest.raises(ValueError, match="unsupported module class 'MyLayer'"):
+    run_case(case)
