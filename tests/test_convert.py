@@ -779,7 +779,11 @@ BAD_JSON = {
   "a_list": (lambda meta: [meta], r"ts\.json must hold a JSON object \(a reference case's description\), got a list"),
   "eta_string": (
     lambda meta: {**meta, "config": {**meta["config"], "eta": "0.1"}},
-    r"ts\.json: config\.eta must be a number, got '0\.1' \(a string\)",
+    r"ts\.json: config\.eta must be a finite number, got '0\.1' \(a string\)",
+  ),
+  "eta_nan": (
+    lambda meta: {**meta, "config": {**meta["config"], "eta": float("nan")}},
+    r"ts\.json: config\.eta must be a finite number, got nan \(a float\)",
   ),
   "config_list": (lambda meta: {**meta, "config": [1]}, r"ts\.json: config must be an object, got \[1\] \(a list\)"),
   "outputs_list": (lambda meta: {**meta, "outputs": ["out"]}, r"ts\.json: outputs must be an object, got \['out'\]"),

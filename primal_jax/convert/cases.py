@@ -235,10 +235,10 @@ def run_case(case: ReferenceCase, frontend: str = "linen") -> dict[str, np.ndarr
   (`primal_jax.nnx.through_nnx`); a case without one is a ValueError.
   """
   check_choice(frontend, FRONTENDS, "frontend")
+  check_case_json(case.meta, f"case {case.name!r}")  # also a case built in code, not read by `load_case`
   kind = module_class(case.meta)
   if kind not in CASE_KINDS:
     raise ValueError(f"case {case.name!r}: unsupported module class {kind!r}; known: {tuple(CASE_KINDS)}")
-  check_case_json(case.meta, f"case {case.name!r}")  # a case built in code, not read by `load_case`
   run = CASE_KINDS[kind].runner(kind)
   try:
     if frontend == "nnx":

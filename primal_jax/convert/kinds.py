@@ -15,13 +15,14 @@ runner. A new kind is one entry:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 
 from primal_jax.errors import ConfigError
 from primal_jax.registry import Lazy, Registry
 
 # JSON types a field may be: the name used in messages -> its Python types (bool is not a number here).
-INT, NUMBER, TEXT, FLAG, OBJECT = "an integer", "a number", "a string", "true or false", "an object"
+INT, NUMBER, TEXT, FLAG, OBJECT = "an integer", "a finite number", "a string", "true or false", "an object"
 _TYPES: Mapping[str, tuple[type, ...]] = {
   INT: (int,),
   NUMBER: (int, float),
@@ -44,6 +45,8 @@ class Field:
     if isinstance(self.type, tuple):
       return None if isinstance(value, str) and value in self.type else f"must be one of {list(self.type)}"
     ok = isinstance(value, _TYPES[self.type]) and (self.type == FLAG or not isinstance(value, bool))
+    if ok and self.type == NUMBER:
+      ok = math.isfinite(value)  # JSON's NaN / Infinity (Python's json reads them) would only give NaN outputs
     return None if ok else f"must be {self.type}"
 
 
