@@ -29,6 +29,7 @@ from primal_jax.attention.baselines import (
   YosoAttention,
 )
 from primal_jax.attention.gpt2 import GPT2Attention
+from primal_jax.attention.kep_svgp import KEPSVGPAttention
 from primal_jax.attention.primal import PrimalAttention
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.attention.softmax import SoftmaxAttention
@@ -61,6 +62,8 @@ for _name, _cls in {
   "longformer": LongformerAttention,
   "yoso_e": YosoAttention,
   "soft": SoftAttention,
+  # KEP-SVGP (Chen et al., ICML 2024): a sparse variational GP over the KSVD features (attention/kep_svgp).
+  "kep_svgp": KEPSVGPAttention,
 }.items():
   ATTENTIONS.register(_name, _cls, builtin=True)
 
