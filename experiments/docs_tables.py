@@ -38,7 +38,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from experiments.tables import decoding, efficiency, gemv_chain, results, step_profile, sweeps, vs_release
+from experiments.tables import decoding, efficiency, forest, gemv_chain, results, step_profile, sweeps, vs_release
 from experiments.tables.common import ROOT
 from primal_jax.atomic_files import DamagedFileError
 
@@ -72,6 +72,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "lm": sweeps.lm_sweep,
   "lm_throughput": sweeps.lm_throughput,
   "paired": sweeps.paired_sweep,
+  "forest": forest.forest_sweep,
   "decoding": decoding.docs_table,
   "decoding_scaling": decoding.docs_scaling_table,
   "decoding_sized": decoding.docs_sized_table,

@@ -193,6 +193,9 @@ def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path,
   interval = f"[{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}]"
   # One comparison: Holm's interval is the raw one; t = 4 / (2.83 / sqrt 2) = 2 on 1 df, p = 0.295.
   assert row + f"{interval} | {interval} | 0.295 | unresolved |" in table
+  forest = docs_tables.render_table("forest:fam:t", tmp_path)  # the same comparison, drawn (tests/test_forest.py)
+  assert forest.startswith("```text\n") and "Primal.+DT vs DT" in forest
+  assert f"+4.00 [{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}] unresolved" in forest
   with pytest.raises(ValueError, match="names no baseline for table 'u'"):
     docs_tables.render_table("paired:fam:u", tmp_path)
   with pytest.raises(ValueError, match=r"paired:<family>:<table>\[:<label>\]"):

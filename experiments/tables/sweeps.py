@@ -290,10 +290,14 @@ def lm_throughput(name: str, base: Path) -> str:
   return markdown.table(["model", "train tokens/s", "vs softmax", "device", "allocator"], body)
 
 
+# Families whose sweep records sit under another folder name (experiments/sweeps/uea.py writes uea_table1/).
+RECORD_FOLDERS = {"uea": "uea_table1"}
+
+
 def sweep_folder(family: str) -> Path:
   """A family's sweep directory: experiments/results/<family>/sweep, or experiments/results/<family> itself where
-  its runs sit there (uea)."""
-  folder = common.RESULTS / family
+  its runs sit there (uea, under its `RECORD_FOLDERS` name)."""
+  folder = common.RESULTS / RECORD_FOLDERS.get(family, family)
   return folder / "sweep" if (folder / "sweep").is_dir() else folder
 
 
@@ -313,10 +317,9 @@ def paired_docs_table(folder: Path, sweep, table: str) -> str:
   return text
 
 
-def paired_sweep(arg: str, base: Path) -> str:
-  """`paired:<family>:<table>`: `paired_docs_table` of experiments/sweeps/<family>.py (its default argument) on the
-  family's run records (`sweep_folder`). `paired:<family>:<table>:<label>` pairs every row with the row labelled
-  `<label>` instead (in the column the sweep pairs on, e.g. every Table 2 row against PrimalFormer: is it best?)."""
+def paired_target(arg: str) -> tuple[Path, object, str]:
+  """(run folder, sweep, table) named by `<family>:<table>[:<label>]`: experiments/sweeps/<family>.py (its default
+  argument) with, given `<label>`, every row of `<table>` paired with the row of that label instead."""
   from experiments.engine.spec import load_sweep
 
   family, _, rest = arg.partition(":")
@@ -329,4 +332,11 @@ def paired_sweep(arg: str, base: Path) -> str:
       raise ValueError(f"paired:{arg}: the sweep names no column to pair table {table!r} on")
     column, _ = sweep.baselines[table]
     sweep = dataclasses.replace(sweep, baselines={**sweep.baselines, table: (column, reference)})
-  return paired_docs_table(sweep_folder(family), sweep, table)
+  return sweep_folder(family), sweep, table
+
+
+def paired_sweep(arg: str, base: Path) -> str:
+  """`paired:<family>:<table>`: `paired_docs_table` of experiments/sweeps/<family>.py (its default argument) on the
+  family's run records (`sweep_folder`). `paired:<family>:<table>:<label>` pairs every row with the row labelled
+  `<label>` instead (in the column the sweep pairs on, e.g. every Table 2 row against PrimalFormer: is it best?)."""
+  return paired_docs_table(*paired_target(arg))
