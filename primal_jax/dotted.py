@@ -11,7 +11,8 @@ def set_dotted(config, key: str, value: Any, *, new_leaf: bool = False) -> None:
   """Sets `config[a][b]...[leaf] = value` for `key` = "a.b...leaf".
 
   Every parent must exist; so must the leaf, unless `new_leaf` (a variant adding an option its config does not
-  list; a locked ConfigDict still refuses it). A missing field is a ConfigError naming the key and the field.
+  list; a locked ConfigDict still refuses it). A missing field is a ConfigError naming the key and the field; a
+  value of another type than a ConfigDict field's is a ConfigError naming the key, the type it takes and the value.
   """
   *parents, leaf = key.split(".")
   node = config
@@ -21,7 +22,14 @@ def set_dotted(config, key: str, value: Any, *, new_leaf: bool = False) -> None:
     node = node[part]
   if not hasattr(node, "keys") or (not new_leaf and leaf not in node):
     raise ConfigError(f"override {key!r}: the config has no field {leaf!r}")
-  node[leaf] = value
+  try:
+    node[leaf] = value
+  except TypeError as err:  # a ConfigDict field refuses a value of another type
+    current = node[leaf]
+    raise ConfigError(
+      f"override {key!r}={value!r}: {key} takes a value of type {type(current).__name__} (the config's "
+      f"{current!r}), got one of type {type(value).__name__}"
+    ) from err
 
 
 def get_dotted(tree: Any, key: str, default: Any = None) -> Any:

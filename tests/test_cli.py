@@ -146,7 +146,7 @@ ERRORS = {
   "no_config": r"--config is required: a packaged config \(d4rl, lm, lra, uea, vit\) or a config file",
   "workdir_not_writable": r"--workdir=.*a_file/run: cannot write there \(Not a directory\)",
   "unknown_dataset": r"data\.dataset: source='aeon' has only BasicMotions, JapaneseVowels, not 'Nope'",
-  "unknown_task": r"data\.task: unknown task 'nope'; registered tasks: d4rl, .*uea",
+  "unknown_task": r"--config\.data\.task: data\.task must be one of \['d4rl', .*'uea'\], got 'nope'",
   "mesh_needs_devices": r"mesh_shape \[-1, 2\] does not divide the 1 devices; on CPU, start with "
   r"XLA_FLAGS=--xla_force_host_platform_device_count=N",
   "data_source_missing": r"data\.source: UEA problem 'JapaneseVowels': missing .*nowhere/JapaneseVowels/"

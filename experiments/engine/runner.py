@@ -17,7 +17,9 @@ from experiments.engine.attempts import attempt, earlier_attempts, log_attempt, 
 from experiments.engine.lock import claim_run, sweep_lock
 from experiments.engine.records import RESULT_FILE, write_record
 from experiments.engine.spec import PlannedRun, Sweep, config_hash, plan, select
+from primal_jax.errors import ConfigError
 from primal_jax.launch import host_allocator
+from primal_jax.training.config_schema import problems
 from primal_jax.training.guards.workdir_lock import lock_holder
 
 CHILD_MODULE = "primal_jax.cli.train"  # what `python -m experiments.main` runs
@@ -144,8 +146,10 @@ def run_sweep(
   if mode not in ("inline", "subprocess", "aggregate"):
     raise ValueError(f"mode must be inline, subprocess or aggregate, got {mode!r}")
   workdir = Path(workdir)
+  planned_runs = plan(sweep.runs)  # overrides applied: a key the config lacks, a value of another type refused
+  if mode != "aggregate":
+    check_planned(planned_runs)  # every run's config, before the sweep directory is touched
   (workdir / "runs").mkdir(parents=True, exist_ok=True)
-  planned_runs = plan(sweep.runs)
   index, count = shard
   if not (isinstance(count, int) and isinstance(index, int) and count >= 1 and 0 <= index < count):
     raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
@@ -178,6 +182,17 @@ def run_sweep(
         break
   report["rows"] = write_results(sweep, workdir, planned_runs, print_fn=print_fn)
   return report
+
+
+def check_planned(planned_runs: Mapping[str, PlannedRun]) -> None:
+  """Every planned run's resolved config through the training binary's one validation pass
+  (`primal_jax.training.config_schema`): a ConfigError naming the first refused run (its table cell, seed and
+  config) and its refusals, so a sweep with one bad override trains nothing and writes nothing."""
+  for planned in planned_runs.values():
+    if found := problems(planned.config):
+      run = planned.runs[0]
+      where = f"run {run.cell.table} {dict(run.cell.labels)} seed {run.seed} ({run.config})"
+      raise ConfigError(f"{where}: {'; '.join(found)}")
 
 
 def _busy(report: dict, key: str, why: str, print_fn: Callable[[str], None]) -> None:

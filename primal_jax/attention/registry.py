@@ -114,6 +114,77 @@ def check_options(name: str, options: Mapping[str, Any], where: str = "options")
   return dict(options)
 
 
+# --- What a mechanism cannot do, as metadata that configs and CLIs read (`primal_jax.training.config_schema`, the
+# `lm` and `d4rl` configs): each class states it in its class attributes (`AttentionShell.supports_causal`,
+# `supports_decode`; `finite_on_padded_rows`, default True, for a mechanism whose fully padded row is not finite),
+# and an option may take a form away (cosFormer decodes only with a `horizon`; a `form="release"` baseline has no
+# causal form), which the class's own `validate` says.
+FORMS = ("causal", "decode")
+# model.name -> the forms a model family builds its attention layers in (a family not listed: the full, non-causal
+# form): the LM trains causally and decodes (`generation.generate`, primal-generate); the Decision Transformer
+# trains causally and acts from full calls over its context. A family registered elsewhere adds its own line.
+MODEL_NEEDS: dict[str, tuple[str, ...]] = {"lm": ("causal", "decode"), "decision_transformer": ("causal",)}
+
+
+def describe_needs(needs: tuple[str, ...]) -> str:
+  """ "trains causally and decodes" for ("causal", "decode"): what a family needs, in words."""
+  if not needs:
+    return "trains in the full (non-causal) form"
+  return "trains causally" + (" and decodes" if "decode" in needs else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+  """What attention `name` can do by its class alone: a causal form, incremental decoding, finite padded rows."""
+
+  causal: bool
+  decode: bool
+  padded_rows: bool
+
+
+def capabilities(name: str) -> Capabilities:
+  """The class attributes of attention `name` that say what it can do (see `unsupported` for its options)."""
+  cls = get_attention(name)
+  return Capabilities(
+    causal=bool(cls.supports_causal),
+    decode=bool(cls.supports_decode) and bool(cls.supports_causal),
+    padded_rows=bool(getattr(cls, "finite_on_padded_rows", True)),
+  )
+
+
+def unsupported(name: str, options: Mapping[str, Any] | None = None, *, needs: tuple[str, ...] = ()) -> str | None:
+  """Why attention `name` with `options` cannot be built in the forms `needs` ("causal", "decode"), or None.
+
+  The class attributes first (`capabilities`), then the class's own `validate` on a layer built in that form
+  with those options (an option such as cosFormer's `horizon` may be what decoding needs). Builds no parameters.
+  """
+  unknown = sorted(set(needs) - set(FORMS))
+  if unknown:
+    raise ValueError(f"needs must hold only {', '.join(FORMS)}, got {unknown}")
+  can = capabilities(name)
+  if "causal" in needs and not can.causal:
+    return f"attention {name!r} has no causal form"
+  if "decode" in needs and not can.decode:
+    return f"attention {name!r} has no incremental decoding form (it keeps no decoding cache)"
+  options = check_options(name, dict(options or {}))
+  cls = get_attention(name)
+  declared = {f.name for f in dataclasses.fields(cls)}
+  form = {"causal": "causal" in needs or "decode" in needs, "decode": "decode" in needs}
+  fields = {k: v for k, v in {"num_heads": 1, "max_len": 512, **form}.items() if k in declared}
+  try:
+    cls(**{**fields, **options}).validate()
+  except (ValueError, TypeError) as err:
+    return f"attention {name!r} with options {options or {}} in the {'+'.join(needs) or 'full'} form: {err}"
+  return None
+
+
+def attentions_able(
+  needs: tuple[str, ...], options_of: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[str, ...]:
+  """The registered attention names that can be built in the forms `needs` (with `options_of[name]`, if given)."""
+  return tuple(name for name in ATTENTIONS if unsupported(name, (options_of or {}).get(name), needs=needs) is None)
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerSpec:
   """One layer's attention: a registered name and that attention's options (hashable, so configs stay static)."""

@@ -5,7 +5,9 @@ touches absl's global flag registry.
 
 A mistake on the command line or in what it names (a config, a field, a value, a
 data file, the workdir) ends in one line on stderr naming the argument and what
-it accepts, with exit status 2: the flags parser's errors and every
+it accepts, with exit status 2. The resolved config (overrides applied) passes one
+validation pass (`primal_jax.training.config_schema.check_config`) before the
+workdir is created, so a bad value leaves no run behind. The flags parser's errors and every
 `primal_jax.errors.ConfigError` are caught here, at the boundary, and nowhere
 else. `--debug` prints the traceback above that line. Any other exception is a
 bug and keeps its traceback.
@@ -221,6 +223,7 @@ def run(argv: list[str] | None = None) -> None:
 
   from primal_jax.cli import config_lookup
   from primal_jax.launch import host_allocator
+  from primal_jax.training.config_schema import check_config
   from primal_jax.training.loop import train_and_evaluate
 
   (config_flag, workdir_flag, allocator_flag, list_flag), ConfigLookupParser = define_flags()
@@ -254,6 +257,7 @@ def run(argv: list[str] | None = None) -> None:
         raise ConfigError(f"--config is required: a packaged config ({names}) or a config file (--help)")
       if not workdir_flag.value:
         raise ConfigError("--workdir is required: the directory for checkpoints and metrics (created if missing)")
+      check_config(config_flag.value)  # every section, before the workdir is created or anything written in it
       allocator = allocator_flag.value
       if not from_command_line and allocator not in ("auto", "system", host_allocator.loaded_allocator()):
         raise ConfigError(f"--allocator={allocator} needs a fresh process (run(argv) cannot re-execute)")

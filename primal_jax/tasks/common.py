@@ -8,11 +8,12 @@ exactly what its runs use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
 
+from primal_jax.attention.registry import ATTENTIONS, MODEL_NEEDS, attentions_able, describe_needs, unsupported
 from primal_jax.errors import ConfigError
 
 
@@ -45,6 +46,25 @@ def parse_config_arg(arg: str | None, defaults: Mapping[str, Any]) -> dict[str, 
       kind = type(default).__name__
       raise ConfigError(f"config argument {key}={value!r} is not a valid {kind} (default {default!r})") from err
   return out
+
+
+def check_model_arg(model: str, family: str, stacks: Sequence[str], options_of: Mapping[str, Mapping] | None = None):
+  """Refuses a `model=` config argument naming an attention that model family `family` cannot build in the forms
+  it needs (the attention registry's `MODEL_NEEDS` and each class's `supports_causal` / `supports_decode`, with
+  the config's options `options_of[name]`): a ConfigError listing the accepted values, so a config offers only
+  mechanisms it can train (and decode) and a wrong one is refused before anything is built. `stacks`: the
+  family's own stack names (primalformer, dt, ...), always accepted."""
+  if model in stacks:
+    return
+  needs = MODEL_NEEDS.get(family, ())
+  accepted = ", ".join((*stacks, *attentions_able(needs, options_of)))
+  if model not in ATTENTIONS:
+    raise ConfigError(f"config argument model={model!r}: model must be one of {accepted}")
+  why = unsupported(model, (options_of or {}).get(model), needs=needs)
+  if why is not None:
+    raise ConfigError(
+      f"config argument model={model!r}: a {family!r} model {describe_needs(needs)}, and {why}; accepted: {accepted}"
+    )
 
 
 def base_config(**fields: Any) -> ml_collections.ConfigDict:

@@ -21,7 +21,10 @@ sliding window). The KSVD loss is the release's per-sample one (`release_sequenc
 `python -m experiments.generate --workdir=RUN --prompt=...` samples from a finished run.
 
 Arguments (`--config=lm:model=softmax,short`):
-  model: primalformer | primal_plus (last layer Primal) | softmax | any registered causal attention.
+  model: primalformer | primal_plus (last layer Primal) | softmax | any registered attention that trains causally
+    and decodes (the registry's metadata, `primal_jax.attention.registry.unsupported`): gpt2, linear, performer,
+    flowformer, cosformer (its horizon set to the window, data.seq_len); one without a causal or a decoding form
+    (linformer, nystromformer, soft, yoso_e; longformer, reformer) is refused at once, naming the accepted ones.
   eta: the KSVD weight of the Primal layers (-1: 0.1, the release's); 0 trains them without the regulariser.
   short: 4 layers, dim 128, 128-byte windows, batch 16, 1,500 steps, test evaluated once at the best validation
     state. Measured on 2 CPU cores with another job running beside it: 0.45-0.5 s per step and ~20 s per split
@@ -33,12 +36,17 @@ from __future__ import annotations
 
 import ml_collections
 
-from primal_jax.models.config import model_layers
-from primal_jax.tasks.common import base_config, optimizer, parse_config_arg, run_controls
+from primal_jax.models.config import STACKS, model_layers
+from primal_jax.tasks.common import base_config, check_model_arg, optimizer, parse_config_arg, run_controls
+
+# The options the config gives a mechanism whose decoding needs one (checked with `model=`): cosFormer's horizon,
+# the re-weighting's length scale, is the window (set to data.seq_len below; any positive value decodes).
+DECODE_OPTIONS = {"primal": {"data_dependent": False}, "cosformer": {"horizon": 256}}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = parse_config_arg(arg, {"model": "primalformer", "eta": -1.0, "short": False, "smoke": False})
+  check_model_arg(args["model"], "lm", STACKS, DECODE_OPTIONS)
   config = base_config(task="next_token")  # the task: also the `lm` builder's own; stated so the config reads alone
 
   config.data = dict(
@@ -94,4 +102,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.attention.primal.update(low_rank=4)
     config.optimizer.update(learning_rate=3e-3, warmup_steps=0, schedule="constant")
     config.update(total_steps=40, log_every_steps=5, eval_every_steps=20, checkpoint_every_steps=20)
+  if "cosformer" in config.model.layers:  # decoding needs a fixed horizon: the window, which training sees alike
+    config.model.attention.cosformer = dict(horizon=config.data.seq_len)
   return config

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from primal_jax.tasks.common import base_config, optimizer, parse_config_arg, run_controls
+from primal_jax.tasks.common import base_config, check_model_arg, optimizer, parse_config_arg, run_controls
 
 # Table 7's best s per (env, dataset) at eta = 0.05.
 BEST_LOW_RANK = {
@@ -84,6 +84,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     },
   )
   env, dataset, model = args["env"], args["dataset"], args["model"]
+  options_of = {"primal": {"data_dependent": False}, **{k: v for o in BASELINE_OPTIONS.values() for k, v in o.items()}}
+  check_model_arg(model, "decision_transformer", ("dt", "primal_dt"), options_of)  # a causal form, or refused now
   low_rank = args["low_rank"] or BEST_LOW_RANK.get((env, dataset), 64)
   config = base_config(task="offline_rl")
   config.data = dict(
