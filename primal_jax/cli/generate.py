@@ -31,6 +31,10 @@ def generate_from_run(
   from primal_jax.training.experiment import load_run_config, load_state
 
   options = generation.SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p)
+  if any(not p for p in prompts):  # refused here, before the checkpoint is loaded
+    raise ValueError("--prompt must not be empty: a causal LM needs at least one byte to condition on")
+  if max_new_tokens < 1:
+    raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
   config = load_run_config(workdir)
   if config.model.name != "lm":
     raise ValueError(

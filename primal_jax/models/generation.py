@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primal_jax.models.lm import CausalLM, decode_step, init_cache
+from primal_jax.models.lm import INVALID_TOKEN, CausalLM, decode_step, init_cache
 
 # The smallest temperature sampled: the smallest normal float32. Below it the temperature is a subnormal (flushed to
 # zero by XLA:CPU, so logits / T would be 0 / 0) or zero in float32; such temperatures are refused, not rounded.
@@ -122,7 +122,8 @@ def _compiled(model: CausalLM, options: SamplingOptions):
     # The sampled token's position (one counter for the batch) makes each row's key fresh at every token.
     keys = jax.vmap(jax.random.fold_in, (0, None))(keys, cache["position"] + 1)
     logits, cache = decode_step(model, params, cache, fed[:, None])  # [B, 1, V]
-    return sample_token(logits[:, -1], keys, options), cache
+    finite = jnp.all(jnp.isfinite(logits[:, -1]), axis=-1)  # [B]: False where a layer refused (NaN logits)
+    return jnp.where(finite, sample_token(logits[:, -1], keys, options), INVALID_TOKEN), cache
 
   # The cache is donated: XLA updates a softmax layer's [B, max_len, H, p] key/value buffers in place instead of
   # copying them at every token (O(max_len) memory traffic per token for nothing, and twice the memory).
@@ -150,17 +151,31 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, model: CausalLM
     )
 
 
+def check_finite_logits(sampled: np.ndarray, position: int) -> None:
+  """ValueError unless every sequence's logits after feeding `position` were finite, i.e. no token of `sampled`
+  is `INVALID_TOKEN` (the step's flag: a token sampled from NaN logits would be an arbitrary id; a layer that
+  cannot decode there, e.g. cosFormer past its horizon, gives NaN)."""
+  bad = np.flatnonzero(sampled == INVALID_TOKEN)
+  if bad.size:
+    raise ValueError(
+      f"the model's logits after position {position} are not finite for prompts {bad.tolist()} (a layer refused "
+      "to decode there, e.g. cosFormer past its horizon, or the parameters hold NaN); nothing is returned"
+    )
+
+
 def generate(
   model: CausalLM, params, prompts: list[list[int]], *, max_new_tokens: int, options: SamplingOptions,
   seed: int | Sequence[int] = 0, prefill_chunk: int = 64,
 ) -> list[list[int]]:  # fmt: skip
   """The `max_new_tokens` tokens sampled after each prompt (module doc), one list per prompt.
 
-  `seed`: one integer for every prompt, or one per prompt (`row_keys`).
+  `seed`: one integer for every prompt, or one per prompt (`row_keys`). Every bound (prompt lengths and
+  `max_new_tokens` against `max_len`) is checked before anything runs; a step whose logits are not finite is a
+  ValueError (`check_finite_logits`), never a token sampled from NaN.
   """
   check_prompts(prompts, max_new_tokens, model)
   keys = row_keys(seed, prompts)
-  if prefill_chunk < 1:
+  if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
     raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
   prefill, step = _compiled(model, options)
   batch, shortest, longest = len(prompts), min(map(len, prompts)), max(map(len, prompts))
@@ -177,6 +192,7 @@ def generate(
   out = np.zeros((batch, total), np.int32)
   for position in range(common, total - 1):  # feed token `position`, sample token `position + 1`
     sampled, cache = step(params, cache, jnp.asarray(fed), keys)
+    check_finite_logits(np.asarray(sampled), position)
     nxt = position + 1
     out[:, nxt] = np.asarray(sampled)
     fed = np.where(has_prompt[:, nxt], forced[:, nxt], out[:, nxt])

@@ -16,6 +16,9 @@ from primal_jax.models.blocks import TokenEmbedding, TransformerStack, check_tok
 from primal_jax.models.config import TransformerConfig
 from primal_jax.models.registry import BuiltModel, data_independent_primal, plain, token_config
 
+# The token `greedy_decode` returns where it could not decode (non-finite logits): never a valid id.
+INVALID_TOKEN = -1
+
 
 class CausalLM(nn.Module):
   """Decoder-only LM: ids [B, T] -> next-token logits [B, T, vocab].
@@ -85,17 +88,36 @@ def greedy_decode(model: CausalLM, params, cache, tokens: jax.Array, steps: int)
   Returns (the `steps` greedy tokens [B, steps], the new cache): token t is the argmax of the logits after
   feeding token t - 1. One compiled loop, so no per-token dispatch or host round trip; jit it with the cache
   donated (`donate_argnums`) and a softmax layer's cache is updated in place.
+
+  Bounds: with a concrete cache position (an eager call) `steps` reaching past `max_len` is a ValueError before
+  anything runs. Under `jit` the position is traced: a step whose logits are not finite (past `max_len`, or a
+  layer that refused to decode, e.g. cosFormer past its horizon) gives the token `INVALID_TOKEN` (-1, never a valid
+  id) there and at every later step of that sequence, never the argmax of NaN; check `(tokens < 0).any()`.
   """
-  if steps < 1:
-    raise ValueError(f"steps must be >= 1, got {steps}")
+  if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+    raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+  if tokens.ndim != 2 or tokens.shape[1] != 1:
+    raise ValueError(f"tokens must have shape [batch, 1] (the last token fed), got {tuple(tokens.shape)}")
+  position = cache.get("position") if isinstance(cache, Mapping) else None
+  if position is not None and not isinstance(position, jax.core.Tracer):
+    start = int(position)
+    if start + steps > model.config.max_len:
+      raise ValueError(
+        f"steps {steps} from cache position {start} feed positions {start}..{start + steps - 1}, past "
+        f"max_len={model.config.max_len}; ask for at most {max(model.config.max_len - start, 0)} steps"
+      )
 
   def body(carry, _):
-    token, cache = carry
+    token, cache, failed = carry
     logits, cache = decode_step(model, params, cache, token)
-    token = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)[:, None]  # [B, 1]
-    return (token, cache), token[:, 0]
+    last = logits[:, -1]
+    failed = failed | ~jnp.all(jnp.isfinite(last), axis=-1)  # [B], sticky
+    best = jnp.argmax(last, axis=-1).astype(jnp.int32)
+    fed = jnp.where(failed, 0, best)[:, None]  # a valid id keeps the loop well defined; the output says -1
+    return (fed, cache, failed), jnp.where(failed, INVALID_TOKEN, best)
 
-  (_, cache), out = jax.lax.scan(body, (tokens, cache), length=steps)
+  failed = jnp.zeros((tokens.shape[0],), bool)
+  (_, cache, _), out = jax.lax.scan(body, (tokens.astype(jnp.int32), cache, failed), length=steps)
   return out.T, cache
 
 
