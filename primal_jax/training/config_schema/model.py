@@ -69,7 +69,7 @@ def _validate(name: str, fields: Mapping[str, Any], options: Mapping[str, Any]) 
   declared = {f.name for f in dataclasses.fields(cls)}
   try:
     cls(**{**{k: v for k, v in fields.items() if k in declared}, **options}).validate()  # an option wins
-  except (TypeError, ValueError) as err:
+  except (TypeError, ValueError, AttributeError, KeyError) as err:  # a value of another type, out of range, ...
     return " ".join(str(err).split())
   return None
 
@@ -92,6 +92,9 @@ def attention_problems(config) -> list[str]:
   if not isinstance(sections, Mapping):
     accepts = "a mapping of attention name -> {option: value}"
     return [f"--config.model.attention: model.attention must be {accepts}, got {show(sections)}"]
+  for name, options in sections.items():
+    if not isinstance(options, Mapping):
+      return [f"--config.model.attention.{name}: its options must be a mapping of option -> value, got {show(options)}"]
   if "causal" in needs:
     sections = data_independent_primal(sections)  # as the causal families' builders do
   problems = []
@@ -108,7 +111,8 @@ def attention_problems(config) -> list[str]:
     return problems
   seq_len = get_dotted(config, "data.seq_len", 0)
   fields = _build_fields(model, needs, seq_len if isinstance(seq_len, int) and seq_len > 0 else 512)
-  for name, own in dict.fromkeys((n, tuple(sorted(o.items()))) for n, o in entries):
+  distinct = {repr((name, sorted(own.items()))): (name, own) for name, own in entries}  # each layer kind once
+  for name, own in distinct.values():
     shared, own = dict(sections.get(name, {})), dict(own)
     for key in own:
       if key in MODEL_FIELDS:
@@ -119,8 +123,11 @@ def attention_problems(config) -> list[str]:
       return [f"--config.model.layers: {err}"]
     if (why := _validate(name, fields, {**shared, **own})) is not None:
       merged = {**shared, **own}  # the culprit: the option whose removal (its class default) makes the layer pass
-      culprit = next((k for k in shared if _validate(name, fields, _without(merged, k)) is None), None)
-      where = f"model.attention.{name}.{culprit}" if culprit else ("model.layers" if own else f"model.attention.{name}")
+      culprit = next((k for k in merged if _validate(name, fields, _without(merged, k)) is None), None)
+      if culprit in own or (culprit is None and own):
+        where = "model.layers"  # the layer's own [name, options] entry
+      else:
+        where = f"model.attention.{name}" + (f".{culprit}" if culprit else "")
       problems.append(f"--config.{where}: attention {name!r}: {why}")
       continue
     if needs and (why := unsupported(name, {**shared, **own}, needs=needs)) is not None:
