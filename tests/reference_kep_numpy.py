@@ -85,3 +85,38 @@ def kl_closed_form(params) -> float:
       m = factor(f64["s_sqrt_low_triangle"], f64["log_ssqrt"], h, d)
       total += gaussian_kl(f64["m_u"][h][:, d], m @ m.T, prior_var)
   return total
+
+
+def kep_release_forward(x, wqk, params, eps):
+  """The release's forward (README steps 1-11, sum variant) in float64: [B, N, D] outputs and the release's KL.
+
+  wqk: torch `qk.weight` [2D, D]; params as `kep_paper_forward` (torch parameter shapes without the leading 1);
+  eps [B, H, N, s] (one noise vector per row, shared by the s output dims); factor of output d: L[h, i, j, d].
+  """
+  f64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
+  x = np.asarray(x, np.float64)
+  batch, length, width = x.shape
+  heads, n, s = f64["We"].shape
+  p = width // heads
+  qk = x @ np.asarray(wqk, np.float64).T
+  idx = release_rows(length, n) if n < length else np.arange(length)
+  lam = np.exp(f64["log_lambda"])
+  big_l = np.exp(f64["log_ssqrt"])[..., None] * np.eye(s) + np.tril(f64["s_sqrt_low_triangle"], -1)  # [H, s, s, s]
+  out = np.zeros((batch, length, width))
+  for b in range(batch):
+    for h in range(heads):
+      cols = slice(h * p, (h + 1) * p)
+      xs = x[b][idx][:, cols].T  # [p, n]
+      z = normalize(qk[b][:, cols]) @ (xs @ f64["We"][h]) + normalize(qk[b][:, width:][:, cols]) @ (xs @ f64["Wr"][h])
+      v1 = z * lam[h] ** 2
+      v2 = np.einsum("ri,ijd->drj", v1, big_l[h])
+      samples = v1 @ f64["m_u"][h] + np.einsum("drj,rj->rd", v2, np.asarray(eps[b, h], np.float64))
+      out[b, :, cols] = samples @ f64["final_kernel"] + f64["final_bias"]
+  kl = (
+    0.5 * np.sum((lam[:, :, None, None] ** 2 * big_l) ** 2)
+    + 0.5 * np.sum(f64["m_u"] ** 2 * lam[:, :, None] ** 4)
+    - np.sum(f64["log_ssqrt"])
+    - 0.5 * 4 * s * np.sum(f64["log_lambda"])
+    - 0.5 * s * s * heads
+  )
+  return out, kl

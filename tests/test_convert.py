@@ -25,6 +25,7 @@ import reference_torch_numpy as tref
 from primal_jax.convert import cases as convert_cases
 from primal_jax.convert import cli, torch_layout
 from primal_jax.convert.cases import load_case, relative_errors, run_case
+from primal_jax.convert.kinds import module_class
 
 # Compares with float64 NumPy or golden numbers at float32 tolerances: full float32 matmuls on every platform.
 pytestmark = pytest.mark.matmul_precision("highest")
@@ -126,7 +127,9 @@ def test_shipped_folder_covers_every_release_class():
   classes = {_case_class(name) for name in SHIPPED}
   # The release's baseline attentions (its RL Flowformer layer) have their cases in baselines/ (test_baseline_parity).
   baselines = {_module_class(json.loads(p.read_text())) for p in (REFERENCE_DIR / "baselines").glob("*.json")}
-  assert classes | baselines == set(convert_cases.RUNNERS)
+  # KEP-SVGP's cases (layer, ViT, metrics) are in kep_svgp/ (tests/test_kep_convert.py).
+  kep = {module_class(json.loads(p.read_text())) for p in (REFERENCE_DIR / "kep_svgp").glob("*.json")}
+  assert classes | baselines | kep == set(convert_cases.RUNNERS)
   # A case of a class neither supported nor pending (a new release module) fails here, not silently.
   assert {_case_class(name) for name in PENDING} <= set(PENDING_CLASSES)
   for name in PENDING:  # until its converter lands, verify refuses it with a clear error
@@ -718,7 +721,9 @@ def test_load_case_errors(tmp_path):
 
 def test_runners_cover_the_release_classes():
   # The release's RL Flowformer layer (a baseline) has its float64 reference in tests/test_reformer_flowformer.py.
-  assert set(convert_cases.RUNNERS) - {"Flowformer_attention"} == set(tref.RUNNERS)
+  # KEP-SVGP's float64 references: tests/reference_kep_numpy.py and the golden cases (tests/test_kep_svgp.py).
+  kep = {"KEP_SVGPAttention", "ViT", "CIFAR/utils/metrics.py"}
+  assert set(convert_cases.RUNNERS) - {"Flowformer_attention"} - kep == set(tref.RUNNERS)
 
 
 # ============================================================================ issue 54.8: inputs verify cannot read

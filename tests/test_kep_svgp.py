@@ -269,7 +269,7 @@ def test_fixed_noise_evaluation_samples_and_collections():
   kl = kl_loss(state[KL_COLLECTION])
   np.testing.assert_allclose(kl, kl_from_params(_kep_params(params), "paper"), rtol=1e-6)
   assert collect_terms(state["ksvd"]) and np.isfinite(float(ksvd_loss(state["ksvd"], KEP_KSVD_SPEC)))
-  with pytest.raises(ValueError, match="posterior_noise eps must have shape"):
+  with pytest.raises(ValueError, match="random_state eps .* must have shape"):
     module.apply({"params": params, NOISE_COLLECTION: {"eps": eps[:2]}}, x, deterministic=True)
 
 

@@ -22,6 +22,7 @@ import json
 import sys
 
 from primal_jax.convert.cases import FRONTENDS, load_case, relative_errors, run_case
+from primal_jax.convert.kinds import module_class
 
 DEFAULT_TOLERANCE = 1e-4
 PRECISIONS = ("highest", "high", "default")
@@ -48,7 +49,7 @@ def verify(path: str, tolerance: float, out=None, frontend: str = "linen", preci
   missing = sorted(set(case.outputs) - set(errors))
   width = max(len(k) for k in errors)
   through = "" if frontend == "linen" else f", through the {frontend} layers"
-  print(f"{case.name} ({case.meta['torch_module']['class']}{through})", file=out)
+  print(f"{case.name} ({case.meta['torch_module'].get('class', module_class(case.meta))}{through})", file=out)
   for key, err in errors.items():
     print(f"  {key:<{width}}  max rel err {err:.3e}  {'ok' if err <= tolerance else 'FAIL'}", file=out)
   for key in missing:

@@ -12,7 +12,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primal_jax.attention.kep_svgp import KEP_KSVD_SPEC, KL_COLLECTION, NOISE_COLLECTION, KEPSVGPAttention
+from primal_jax.attention.kep_svgp import (
+  KEP_KSVD_SPEC,
+  KL_COLLECTION,
+  NOISE_COLLECTION,
+  KEPSVGPAttention,
+  kl_from_params,
+  kl_loss,
+)
 from primal_jax.attention.kep_svgp.core import kep_core
 from primal_jax.attention.kep_svgp.posterior import factor_tensor, posterior_factors
 from primal_jax.feature_maps import cosine_feature_map
@@ -26,14 +33,14 @@ def kep_layer_params(state_dict, prefix: str, heads: int, concat: bool) -> dict:
 
   The release has no q/k bias and no output projection: `out` is the identity (so `use_bias=False`).
   """
-  g = lambda key: np.asarray(state_dict[prefix + key], np.float32)  # noqa: E731
+  g = lambda key: jnp.asarray(state_dict[prefix + key], jnp.float32)  # noqa: E731  (traceable: grads flow back)
   qk = g("qk.weight")  # [2D, D]
   width = qk.shape[1]
   p = width // heads
   params = {
     "query": {"kernel": qk[:width].T.reshape(width, heads, p)},
     "key": {"kernel": qk[width:].T.reshape(width, heads, p)},
-    "out": {"kernel": np.eye(width, dtype=np.float32).reshape(heads, p, width)},
+    "out": {"kernel": jnp.eye(width, dtype=jnp.float32).reshape(heads, p, width)},
     "We": g("we"),
     "Wr": g("wr"),
     "log_lambda": g("log_lambda_sqrt_inv_diag"),
@@ -87,6 +94,14 @@ def kep_layer_module(cfg: dict, state_dict, prefix: str = "") -> KEPSVGPAttentio
   )
 
 
+def _kl(state, params, form):
+  """The layer's KL from its `kl` collection; through the NNX layers (`--frontend=nnx`), which carry no `kl`
+  collection, from its parameters (the KL depends on them only)."""
+  if state.get(KL_COLLECTION):
+    return kl_loss(state[KL_COLLECTION])
+  return kl_from_params(params, form)
+
+
 def _cross_entropy(logits, labels):
   return jnp.mean(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, labels[:, None], -1)[:, 0])
 
@@ -108,7 +123,7 @@ def run_kep_layer(case) -> dict[str, np.ndarray]:
     preds = jnp.mean(out, axis=1) @ probe.T
     ce = _cross_entropy(preds, targets)
     ksvd = ksvd_loss(state["ksvd"], KEP_KSVD_SPEC)
-    kl = state[KL_COLLECTION]["kl"][0]
+    kl = _kl(state, params, module.form)
     total = ce + eta_ksvd * ksvd + eta_kl * kl
     return {"total": total, "ce": ce, "ksvd": ksvd, "kl": kl}, (out, preds, state)
 
@@ -183,3 +198,42 @@ def _sampled_indices(module: KEPSVGPAttention, length: int) -> np.ndarray:
 
 
 RUNNERS = {"KEP_SVGPAttention": run_kep_layer}
+
+
+# valid.py's table scaling of each metric (`valid_py/*` outputs).
+VALID_PY = {
+  "Acc.": ("acc", 100.0),
+  "FPR": ("fpr95", 100.0),
+  "AUROC": ("auroc", 100.0),
+  "AUPR": ("aupr_err", 100.0),
+  "AUPR Succ.": ("aupr_success", 100.0),
+  "ECE": ("ece", 100.0),
+  "Brier": ("brier", 100.0),
+  "AURC": ("aurc", 1000.0),
+  "EAURC": ("eaurc", 1000.0),
+  "NLL": ("nll", 10.0),
+}
+
+
+def run_kep_metrics(case) -> dict[str, np.ndarray]:
+  """Case `kep_metrics`: the release's `CIFAR/utils/metrics.py` on fixed predictions (`primal_jax.analysis.
+  uncertainty`). Not computed: `inter/roc_thresholds` (scikit-learn's thresholds, the first of them +inf)."""
+  from primal_jax.analysis import uncertainty as U
+
+  probs, labels, logits = case.inputs["softmax"], case.inputs["labels"], case.inputs["logits"]
+  bins = int(case.meta["config"]["bins"])
+  metrics = U.uncertainty_metrics(probs, labels, logits, bins=bins)
+  out = {key: np.float64(value) for key, value in metrics.items()}
+  out["acc"] = np.float64(100.0 * metrics["acc"])
+  for name, (key, scale) in VALID_PY.items():
+    out[f"valid_py/{name}"] = np.float64(scale * metrics[key])
+  confidence, correct = U.confidence_and_correct(probs, labels)
+  out["inter/confidence"], out["inter/correct"] = confidence, correct.astype(np.int64)
+  out["inter/risk"] = U.risk_curve(confidence, correct)
+  out["inter/roc_fpr"], out["inter/roc_tpr"] = U.roc_curve(confidence, correct)
+  out["inter/pr_precision"], out["inter/pr_recall"] = U.precision_recall_curve(correct, confidence)
+  rel = U.reliability_bins(confidence, correct, bins)
+  out["inter/ece_bin_edges"], out["inter/ece_bin_count"] = rel.edges, rel.count
+  # The release leaves an empty bin's accuracy and confidence at 0 (ours: NaN, no samples to average).
+  out["inter/ece_bin_acc"], out["inter/ece_bin_conf"] = np.nan_to_num(rel.accuracy), np.nan_to_num(rel.confidence)
+  return out

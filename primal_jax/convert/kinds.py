@@ -98,6 +98,10 @@ _DT = {
   "activation_function": Field(TEXT, required=False),
   **{k: Field(FLAG, required=False) for k in ("action_tanh", "scale_attn_weights", "scale_attn_by_inverse_layer_idx")},
 }
+_KEP_ETAS = {"eta_ksvd": Field(NUMBER), "eta_kl": Field(NUMBER), "rank_multi": Field(INT)}
+_KEP_LAYER = {"num_heads": Field(INT), "embed_len": Field(INT), "concate": Field(FLAG), **_KEP_ETAS}
+_KEP_VIT = {"heads": Field(INT), **_KEP_ETAS}
+
 _BUILTIN = {
   "ModelForSC": CaseKind("primal_jax.convert.cases:run_lra_classifier", _LRA),
   "AttentionLayer": CaseKind("primal_jax.convert.cases:run_timeseries_layers", _OPTIONAL_ETA),
@@ -111,6 +115,10 @@ _BUILTIN = {
     "primal_jax.convert.baseline_cases:run_flowformer_layer",
     {"n_heads": Field(INT), "eps": Field(NUMBER, required=False)},
   ),
+  # KEP-SVGP (shared/reference/kep_svgp): the layer, the CIFAR ViT with KEP blocks, the uncertainty metrics.
+  "KEP_SVGPAttention": CaseKind("primal_jax.convert.kep_svgp_case:run_kep_layer", _KEP_LAYER),
+  "ViT": CaseKind("primal_jax.convert.kep_vit_case:run_kep_vit", _KEP_VIT),
+  "CIFAR/utils/metrics.py": CaseKind("primal_jax.convert.kep_svgp_case:run_kep_metrics", {"bins": Field(INT)}),
 }
 for _name, _kind in _BUILTIN.items():
   CASE_KINDS.register(_name, _kind, builtin=True)
@@ -129,8 +137,10 @@ def _expect(value, field: Field, where: str) -> None:
 
 
 def module_class(meta: dict) -> str:
-  """The case's kind: `torch_module.class` up to its first space ("AttentionLayer (inner_attention = ...)")."""
-  return meta.get("torch_module", {}).get("class", "").split(" ")[0]
+  """The case's kind: `torch_module.class` up to its first space ("AttentionLayer (inner_attention = ...)"); a case
+  of functions, not of a class (KEP-SVGP's metrics), is named by its `torch_module.file` the same way."""
+  torch_module = meta.get("torch_module", {})
+  return str(torch_module.get("class") or torch_module.get("file", "")).split(" ")[0]
 
 
 def check_case_json(meta, where: str) -> None:

@@ -3,7 +3,7 @@
 Each call sows the layer's `KSVDTerms` in the `ksvd` collection (as Primal layers do; the release's KSVD term is
 `KEP_KSVD_SPEC`) and its KL term in the `kl` collection (`KL_COLLECTION`, a scalar under "kl", replaced by every
 call). The posterior noise is drawn from the "posterior" rng stream (falling back to "params" while initialising);
-a caller may fix it instead by passing the collection `posterior_noise` with `{"eps": array}` at the layer's path
+a caller may fix it instead by passing the `random_state` collection with `{"eps": array}` at the layer's path
 (shape `posterior.noise_shape(...)`, with a leading sample axis when evaluating with `eval_samples > 1`).
 """
 
@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from primal_jax.attention.baselines.common import RANDOM_STATE_COLLECTION
 from primal_jax.attention.kep_svgp.core import kep_core
 from primal_jax.attention.kep_svgp.posterior import (
   FORMS,
@@ -31,7 +32,9 @@ from primal_jax.sampling import padding_aware_positions, release_sample_indices
 from primal_jax.validation import check_choice, check_positive
 
 KL_COLLECTION = "kl"
-NOISE_COLLECTION = "posterior_noise"
+# The project's collection of replayed randomness (Performer's features, Reformer's rotations): the NNX layers and
+# `through_nnx` carry it, so fixed noise reaches a KEP layer through either front end.
+NOISE_COLLECTION = RANDOM_STATE_COLLECTION
 NOISE_STREAM = "posterior"
 # The release's KSVD term (`CIFAR/train.py compute_loss`): lam to the first power inside the squared norms, means
 # over batch, heads and positions, the trace of the raw parameters, J squared once per layer and SUMMED over layers.
@@ -149,7 +152,9 @@ class KEPSVGPAttention(AttentionShell):
       eps = jnp.asarray(self.get_variable(NOISE_COLLECTION, "eps"))
       eps = eps[None] if eps.shape == tuple(shape) else eps
       if eps.shape != full:
-        raise ValueError(f"posterior_noise eps must have shape {tuple(shape)} or {full}, got {eps.shape}")
+        raise ValueError(
+          f"random_state eps (the fixed posterior noise) must have shape {tuple(shape)} or {full}, got {eps.shape}"
+        )
       return eps.astype(dtype)
     return jax.random.normal(self.make_rng(NOISE_STREAM), full, dtype)
 
