@@ -62,6 +62,10 @@ def test_greedy_decode_refuses_steps_past_max_len_when_the_position_is_concrete(
     greedy_decode(model, params, cache, PROMPT[:, 3:], 20)
   with pytest.raises(ValueError, match=r"^steps must be an integer >= 1, got 0$"):
     greedy_decode(model, params, cache, PROMPT[:, 3:], 0)
+  model, params = _lm(("softmax", "cosformer"))
+  past_horizon = r"^steps 6 from cache position 3 feed positions 3\.\.8, past layer 1 \(cosformer\) horizon=8; ask for"
+  with pytest.raises(ValueError, match=past_horizon):
+    greedy_decode(model, params, _prefilled(model, params), PROMPT[:, 3:], 6)
 
 
 def test_greedy_decode_under_jit_flags_the_steps_past_max_len():
@@ -88,7 +92,7 @@ def test_greedy_decode_under_jit_flags_a_layer_that_refuses():
   np.testing.assert_array_equal(out[:, :5], _full_argmax(model, params, sequence)[:, 3:])
 
 
-def test_generate_refuses_a_step_whose_logits_are_not_finite():
+def test_generate_refuses_a_layers_bound_before_running_and_a_step_whose_logits_are_not_finite():
   model, params = _lm(("softmax", "cosformer"))
   prompts = [[3, 1, 4], [9, 2]]
   greedy = gen.SamplingOptions(temperature=0.0)
@@ -96,8 +100,14 @@ def test_generate_refuses_a_step_whose_logits_are_not_finite():
   for prompt, new in zip(prompts, out, strict=True):
     sequence = jnp.asarray([prompt + new[:-1]], jnp.int32)
     np.testing.assert_array_equal(new, _full_argmax(model, params, sequence)[0, len(prompt) - 1 :])
-  with pytest.raises(ValueError, match=r"^the model's logits after position 8 are not finite for prompts \[0, 1\]"):
+  with pytest.raises(ValueError, match=r"exceeds the model's layer 1 \(cosformer\) horizon=8 \(it decodes 8 positions"):
     gen.generate(model, params, prompts, max_new_tokens=7, options=gen.SamplingOptions(temperature=0.7))
+  # Token 9's embedding NaN: the second prompt's logits are NaN from its first token on (before: tokens sampled
+  # from NaN logits); the first prompt never feeds a 9 under greedy decoding here.
+  broken = jax.tree.map(lambda x: x, params)
+  broken["embed"]["tokens"]["embedding"] = params["embed"]["tokens"]["embedding"].at[9].set(jnp.nan)
+  with pytest.raises(ValueError, match=r"^the model's logits after position 1 are not finite for prompts \[1\] "):
+    gen.generate(model, broken, prompts, max_new_tokens=3, options=greedy)
 
 
 # ============================================================================ NNX CausalLM

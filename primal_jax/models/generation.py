@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primal_jax.models.lm import INVALID_TOKEN, CausalLM, decode_step, init_cache
+from primal_jax.models.lm import INVALID_TOKEN, CausalLM, decode_limit, decode_step, init_cache
 
 # The smallest temperature sampled: the smallest normal float32. Below it the temperature is a subnormal (flushed to
 # zero by XLA:CPU, so logits / T would be 0 / 0) or zero in float32; such temperatures are refused, not rounded.
@@ -148,6 +148,12 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, model: CausalLM
       f"prompt length {longest} + max_new_tokens {max_new_tokens} - 1 (the last new token is not fed back) "
       f"exceeds the model's max_len {model.config.max_len} (its position table and softmax key/value caches); "
       "shorten the prompt or ask for fewer tokens"
+    )
+  limit, reason = decode_limit(model)
+  if longest + max_new_tokens - 1 > limit:
+    raise ValueError(
+      f"prompt length {longest} + max_new_tokens {max_new_tokens} - 1 (the last new token is not fed back) "
+      f"exceeds the model's {reason} (it decodes {limit} positions); shorten the prompt or ask for fewer tokens"
     )
 
 

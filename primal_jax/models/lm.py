@@ -82,6 +82,17 @@ def decode_step(model: CausalLM, params, cache, tokens: jax.Array):
   return logits, updated["cache"]
 
 
+def decode_limit(model: CausalLM) -> tuple[int, str]:
+  """(the number of positions `model` can decode, what sets it): `max_len`, or a layer's smaller `horizon`
+  (cosFormer's re-weighting is defined for positions < horizon; the layer refuses or NaNs past it)."""
+  limit, reason = model.config.max_len, f"max_len={model.config.max_len}"
+  for i in range(model.config.num_layers):
+    horizon = getattr(model.config.layer_attention(i), "horizon", None)
+    if horizon is not None and horizon < limit:
+      limit, reason = horizon, f"layer {i} ({model.config.layers[i].attention}) horizon={horizon}"
+  return limit, reason
+
+
 def greedy_decode(model: CausalLM, params, cache, tokens: jax.Array, steps: int):
   """Feeds `tokens` [B, 1], then each greedy next token, `steps` times in one `lax.scan`.
 
@@ -89,7 +100,8 @@ def greedy_decode(model: CausalLM, params, cache, tokens: jax.Array, steps: int)
   feeding token t - 1. One compiled loop, so no per-token dispatch or host round trip; jit it with the cache
   donated (`donate_argnums`) and a softmax layer's cache is updated in place.
 
-  Bounds: with a concrete cache position (an eager call) `steps` reaching past `max_len` is a ValueError before
+  Bounds: with a concrete cache position (an eager call) `steps` reaching past `decode_limit` (`max_len`, or a
+  layer's smaller cosFormer horizon) is a ValueError before
   anything runs. Under `jit` the position is traced: a step whose logits are not finite (past `max_len`, or a
   layer that refused to decode, e.g. cosFormer past its horizon) gives the token `INVALID_TOKEN` (-1, never a valid
   id) there and at every later step of that sequence, never the argmax of NaN; check `(tokens < 0).any()`.
@@ -100,11 +112,11 @@ def greedy_decode(model: CausalLM, params, cache, tokens: jax.Array, steps: int)
     raise ValueError(f"tokens must have shape [batch, 1] (the last token fed), got {tuple(tokens.shape)}")
   position = cache.get("position") if isinstance(cache, Mapping) else None
   if position is not None and not isinstance(position, jax.core.Tracer):
-    start = int(position)
-    if start + steps > model.config.max_len:
+    start, (limit, reason) = int(position), decode_limit(model)
+    if start + steps > limit:
       raise ValueError(
         f"steps {steps} from cache position {start} feed positions {start}..{start + steps - 1}, past "
-        f"max_len={model.config.max_len}; ask for at most {max(model.config.max_len - start, 0)} steps"
+        f"{reason}; ask for at most {max(limit - start, 0)} steps"
       )
 
   def body(carry, _):
