@@ -128,6 +128,8 @@ def test_nnx_decoding_past_init_cache_is_refused_eagerly_and_nan_under_jit(atten
   np.testing.assert_allclose(model(tokens[:, :4], decode=True), full, rtol=1e-5, atol=1e-5)
   with pytest.raises(ValueError, match=r"^decode: tokens at positions 4\.\.4 exceed the cache's max_len=4 "):
     model(tokens[:, 4:5], decode=True)  # before: the softmax cache's last slot overwritten, finite logits
+  with pytest.raises(ValueError, match=r"^decode: tokens have batch 1, the cache holds 2 sequences \(init_cache\)"):
+    model(tokens[:1, 4:5], decode=True)  # before: broadcast against the batch-2 cache
   model.init_cache(2, 4)
   step = nnx.jit(lambda m, t: m(t, decode=True))
   outs = [np.asarray(step(model, tokens[:, i : i + 1])) for i in range(6)]

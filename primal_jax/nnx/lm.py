@@ -72,7 +72,7 @@ class CausalLM(nnx.Module):
     self.norm = nnx.LayerNorm(dim, rngs=rngs)
     self.head = nnx.Linear(dim, vocab_size, rngs=rngs)
     self.position: nnx.Cache | None = nnx.data(None)
-    self.cache_len = 0  # the max_len of the last `init_cache` (static)
+    self.cache_len = self.cache_batch = 0  # the max_len and batch of the last `init_cache` (static)
 
   def __call__(self, tokens: jax.Array, decode: bool = False) -> jax.Array:
     """[B, T] int tokens -> [B, T, vocab] logits; with `decode`, the tokens continue the cached ones."""
@@ -81,6 +81,11 @@ class CausalLM(nnx.Module):
     if decode:
       if self.position is None:
         raise ValueError("decode=True needs a cache: call init_cache(batch, max_len) first")
+      if tokens.shape[0] != self.cache_batch:
+        raise ValueError(
+          f"decode: tokens have batch {tokens.shape[0]}, the cache holds {self.cache_batch} sequences "
+          "(init_cache); call init_cache with this batch"
+        )
       start = self.position.get_value()
       if not isinstance(start, jax.core.Tracer) and int(start) + length > self.cache_len:
         raise ValueError(
@@ -105,7 +110,7 @@ class CausalLM(nnx.Module):
     for block in self.blocks:
       block.attention.init_cache((batch, max_len, self.positions.features), dtype)
     self.position = nnx.Cache(jnp.zeros((), jnp.int32))
-    self.cache_len = max_len
+    self.cache_len, self.cache_batch = max_len, batch
 
   def generate(self, prompt: jax.Array, num_tokens: int, *, temperature: float = 0.0, key=None) -> jax.Array:
     """[B, P] prompt -> [B, P + num_tokens]: the prompt fed in one chunk, then one token per step.
