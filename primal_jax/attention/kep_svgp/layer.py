@@ -45,8 +45,20 @@ def _replace(_, value):
   return (value,)
 
 
-def _logical(init, names):
-  return nn.with_logical_partitioning(init, names)
+def _logical(module, init, names):
+  """`init` with logical axis `names` by the shell's rule (`AttentionShell.logical`: boxed when the layer is
+  partitioned); a shell without that rule boxes every parameter."""
+  rule = getattr(module, "logical", None)
+  return rule(init, names) if rule is not None else nn.with_logical_partitioning(init, names)
+
+
+def _linear_inits(module, fan_in: int, kernel_names, bias_names):
+  """(kernel_init, bias_init) of one of the layer's own Linears (`AttentionShell.linear_inits` where it exists)."""
+  rule = getattr(module, "linear_inits", None)
+  if rule is not None:
+    return rule(fan_in, kernel_names, bias_names)
+  kernel, bias = linear_inits(module.init_style, fan_in, module.kernel_init, module.bias_init)
+  return _logical(module, kernel, kernel_names), _logical(module, bias, bias_names)
 
 
 def kl_loss(collection) -> jax.Array:
@@ -175,32 +187,30 @@ class KEPSVGPAttention(AttentionShell):
       raise ValueError(
         f"concat=True mixes 2 embed_len rows: sequence length {length} must equal embed_len {self.embed_len}"
       )
-    orth = _logical(torch_orthogonal_init(), ("heads", None, "rank"))
-    normal = _logical(nn.initializers.normal(1.0), ("heads", "rank", "rank"))
+    orth = _logical(self, torch_orthogonal_init(), ("heads", None, "rank"))
+    normal = _logical(self, nn.initializers.normal(1.0), ("heads", "rank", "rank"))
     pdt = self.param_dtype
     params = {
       "We": self.param("We", orth, (heads, n, s), pdt),
       "Wr": self.param("Wr", orth, (heads, n, s), pdt),
-      "log_lambda": self.param("log_lambda", _logical(uniform01_init(), ("heads", "rank")), (heads, s), pdt),
+      "log_lambda": self.param("log_lambda", _logical(self, uniform01_init(), ("heads", "rank")), (heads, s), pdt),
       "m_u": self.param("m_u", normal, (heads, s, s), pdt),
       "s_sqrt_low_triangle": self.param(
         "s_sqrt_low_triangle",
-        _logical(nn.initializers.normal(1.0), ("heads", "rank", "rank", "rank")),
+        _logical(self, nn.initializers.normal(1.0), ("heads", "rank", "rank", "rank")),
         (heads, s, s, s),
         pdt,
       ),
       "log_ssqrt": self.param("log_ssqrt", normal, (heads, s, s), pdt),
     }
-    kernel_init, bias_init = linear_inits(self.init_style, s, self.kernel_init, self.bias_init)
-    params["final_kernel"] = self.param("final_kernel", _logical(kernel_init, ("rank", "kv")), (s, p), pdt)
-    params["final_bias"] = self.param("final_bias", _logical(bias_init, ("kv",)), (p,), pdt)
+    kernel_init, bias_init = _linear_inits(self, s, ("rank", "kv"), ("kv",))
+    params["final_kernel"] = self.param("final_kernel", kernel_init, (s, p), pdt)
+    params["final_bias"] = self.param("final_bias", bias_init, (p,), pdt)
     rows_out = 2 * length if self.concat else length
     if self.concat:
-      mix_kernel, mix_bias = linear_inits(self.init_style, rows_out, self.kernel_init, self.bias_init)
-      params["row_mix_kernel"] = self.param(
-        "row_mix_kernel", _logical(mix_kernel, (None, None)), (rows_out, length), pdt
-      )
-      params["row_mix_bias"] = self.param("row_mix_bias", _logical(mix_bias, (None,)), (length,), pdt)
+      mix_kernel, mix_bias = _linear_inits(self, rows_out, (None, None), (None,))
+      params["row_mix_kernel"] = self.param("row_mix_kernel", mix_kernel, (rows_out, length), pdt)
+      params["row_mix_bias"] = self.param("row_mix_bias", mix_bias, (length,), pdt)
     params = {name: value.astype(dtype) for name, value in params.items()}
 
     if padding is None:
