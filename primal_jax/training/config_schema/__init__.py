@@ -25,7 +25,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import primal_jax.tasks  # noqa: F401  (registers the families' data tasks)
 from primal_jax.data.registry import TASKS
 from primal_jax.dotted import get_dotted
 from primal_jax.errors import ConfigError
