@@ -315,3 +315,54 @@ def test_nnx_layer_draws_from_its_posterior_stream_and_gives_the_linen_kl():
   module, _ = pnnx.to_linen(layer)
   _, state = _apply(module, {"params": layer.params_tree()}, x, rngs={"posterior": jax.random.key(0)}, mutable=["kl"])
   np.testing.assert_allclose(nnx_kl_loss(layer), kl_loss(state["kl"]), rtol=1e-6)
+
+
+def test_one_line_switch_in_a_model_family_with_padding():
+  """A model's layer list names "kep_svgp" (no other edit); padded tokens never reach the logits."""
+  import ml_collections
+
+  from primal_jax.models.registry import build_model
+
+  model = ml_collections.ConfigDict(
+    dict(
+      name="lra",
+      layers=("softmax", "kep_svgp"),
+      attention={"kep_svgp": {"low_rank": 3, "rank_multi": 2}},
+      dim=8,
+      hidden_dim=16,
+      num_heads=2,
+      dropout_rate=0.0,
+      attention_dropout_rate=0.0,
+    )
+  )
+  built = build_model(model, ml_collections.ConfigDict(dict(seq_len=7, vocab_size=11, num_classes=3)))
+  tokens = jnp.asarray([[3, 4, 5, 6, 7, 8, 9], [3, 4, 5, 6, 7, 0, 0]], jnp.int32)
+  variables = jax.jit(built.module.init)(
+    {"params": jax.random.key(0), "posterior": jax.random.key(1)}, tokens, tokens > 0
+  )
+
+  mask = tokens > 0
+
+  @jax.jit
+  def run(tokens, key):
+    return built.module.apply(variables, tokens, mask, rngs={"posterior": key}, mutable=["kl", "ksvd"])
+
+  logits, state = run(tokens, jax.random.key(2))
+  assert np.isfinite(np.asarray(logits)).all() and float(kl_loss(state["kl"])) > 0
+  assert np.isfinite(float(ksvd_loss(state["ksvd"], KEP_KSVD_SPEC)))
+  other, _ = run(tokens.at[1, 5:].set(10), jax.random.key(2))  # other ids at the padded positions
+  np.testing.assert_allclose(other[1], logits[1], rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_forward_and_gradient_are_finite():
+  x = _x()
+  module = _layer(dtype=jnp.bfloat16)
+  params = _params(module, x)
+
+  @jax.jit
+  def loss(params):
+    out, state = module.apply({"params": params}, x, rngs={"posterior": jax.random.key(0)}, mutable=["kl"])
+    return jnp.mean(jnp.square(out.astype(jnp.float32))) + 1e-3 * kl_loss(state["kl"])
+
+  value, grads = jax.value_and_grad(loss)(params)
+  assert np.isfinite(float(value)) and all(np.isfinite(np.asarray(g)).all() for g in jax.tree_util.tree_leaves(grads))
