@@ -85,3 +85,25 @@ def embedding_init(style: str):
   if style == "gpt2":
     return nn.initializers.normal(0.02)
   return nn.initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
+
+
+# The logical axes of an attention layer's projections (`primal_jax.attention.AttentionShell`): queries, keys and
+# values [embed, heads, kv] (biases [heads, kv]), the output [heads, kv, embed] (bias [embed]).
+ATTENTION_AXES = {
+  "kernel_init": ("embed", "heads", "kv"),
+  "bias_init": ("heads", "kv"),
+  "out_kernel_init": ("heads", "kv", "embed"),
+  "out_bias_init": ("embed",),
+}
+
+
+def partitioned_attention_inits() -> dict:
+  """Flax's default attention initialisers (lecun-normal kernels, zero biases) boxed with their logical axes.
+
+  Passed by the project's models, so every parameter of their attention layers carries logical axes for sharded
+  training (a layer with a partitioned initialiser boxes all its parameters; `init_style` still picks the
+  functions of "torch" and "gpt2" layers). A layer built without them has plain parameters, as Flax's.
+  """
+  plain = {"kernel_init": nn.initializers.lecun_normal(), "bias_init": nn.initializers.zeros}
+  plain |= {"out_kernel_init": plain["kernel_init"], "out_bias_init": plain["bias_init"]}
+  return {name: nn.with_logical_partitioning(init, ATTENTION_AXES[name]) for name, init in plain.items()}

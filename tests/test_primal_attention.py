@@ -16,6 +16,7 @@ from jax.test_util import check_grads
 
 from primal_jax.attention import ATTENTIONS, PrimalAttention, SoftmaxAttention, get_attention, primal_head
 from primal_jax.feature_maps import cosine_feature_map, softmax_kernel_feature_map
+from primal_jax.initializers import partitioned_attention_inits
 from primal_jax.ksvd import PAPER, RELEASE_LRA, RELEASE_SEQUENCE, KSVDSpec, collect_terms, ksvd_loss, ksvd_objective
 from primal_jax.sampling import padding_aware_positions, release_sample_indices
 
@@ -120,9 +121,14 @@ def test_cross_attention_rows_come_from_keys_input():
 
 
 def test_param_shapes_and_logical_axes():
-  """Parameter layout of SPEC 1-3 ([D, H, p] projections, [H, a, s] We/Wr) with logical-axis boxes."""
+  """Parameter layout of SPEC 1-3 ([D, H, p] projections, [H, a, s] We/Wr) with logical-axis boxes (given
+  partitioned initialisers, as the models pass them; plain arrays otherwise, as Flax's)."""
+  plain = jax.eval_shape(_module(num_samples=NS).init, jax.random.key(0), jnp.ones((B, N, D)))
+  assert not any(isinstance(v, nn.meta.AxisMetadata) for v in jax.tree.leaves(plain, is_leaf=nn.meta.is_axis_metadata))
   for data_dependent, a in ((True, NS), (False, P)):
-    module = _module(num_samples=NS if data_dependent else None, data_dependent=data_dependent)
+    module = _module(
+      num_samples=NS if data_dependent else None, data_dependent=data_dependent, **partitioned_attention_inits()
+    )
     variables = jax.eval_shape(module.init, jax.random.key(0), jnp.ones((B, N, D)))  # boxes, no compile
     assert isinstance(variables["params"]["We"], nn.LogicallyPartitioned)
     shapes = jax.tree_util.tree_map(lambda v: v.shape, nn.meta.unbox(variables["params"]))

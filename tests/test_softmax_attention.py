@@ -135,7 +135,7 @@ X, Y, Y1 = (np.zeros(shape, np.float32) for shape in ((B, N, D), (B, M, D), (B, 
 @pytest.mark.parametrize(
   "kwargs,inputs,call_kwargs,match",
   [
-    (dict(), X[0], {}, "inputs_q"),
+    (dict(), X[0, 0], {}, "inputs_q"),
     (dict(num_heads=3), X, {}, "qkv_features"),
     (dict(num_heads=0), X, {}, "num_heads"),
     (dict(), X, dict(mask=np.ones((B, N + 1), bool)), "mask"),
@@ -143,7 +143,7 @@ X, Y, Y1 = (np.zeros(shape, np.float32) for shape in ((B, N, D), (B, M, D), (B, 
     (dict(), X, dict(inputs_k=Y, inputs_kv=Y), "inputs_kv"),
     (dict(causal=True), X, dict(inputs_kv=Y), "causal"),
     (dict(init_style="kaiming"), X, {}, "init_style"),
-    (dict(decode=True), X, {}, "decode"),
+    (dict(num_kv_heads=0), X, {}, "num_kv_heads"),
   ],
 )
 def test_clear_errors(kwargs, inputs, call_kwargs, match):

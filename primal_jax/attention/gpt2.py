@@ -36,11 +36,12 @@ class GPT2Attention(SoftmaxAttention):
 
   def attend(self, q, k, v, *, inputs_k, mask, deterministic, dropout_rng, sow_weights):
     """q [B, N, H, p], k/v [B, M, H, p] -> [B, N, H, p]."""
-    if self.decode or self.impl != "einsum":
+    if self.decode or self.impl != "einsum" or self.flax_core:
       return super().attend(
         q, k, v, inputs_k=inputs_k, mask=mask, deterministic=deterministic, dropout_rng=dropout_rng,
         sow_weights=sow_weights,
       )  # fmt: skip
+    k, v = self.repeat_kv(k), self.repeat_kv(v)
     batch, length, _, p = q.shape
     keys = k.shape[1]
     dtype = jnp.promote_types(q.dtype, jnp.float32)
@@ -57,7 +58,7 @@ class GPT2Attention(SoftmaxAttention):
     self.sow_matrix("softmax", lambda: weights, mask, batch, length)
     broadcast = (1,) if self.broadcast_dropout else ()
     weights = self.apply_dropout(weights.astype(q.dtype), deterministic, dropout_rng, broadcast)
-    return jnp.einsum("bhnm,bmhd->bnhd", weights, v)  # [B, N, H, p]
+    return jnp.einsum("bhnm,bmhd->bnhd", weights, v).astype(q.dtype)  # [B, N, H, p]
 
   def _additive_mask(self, mask, batch, length, keys, dtype) -> jax.Array:
     """(1 - m) * mask_value broadcastable to [B, H, N, M]."""

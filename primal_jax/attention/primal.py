@@ -26,7 +26,7 @@ from primal_jax.attention.head import head_features, primal_head, vmap_over_head
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.dual import induced_kernel
 from primal_jax.feature_maps import cosine_feature_map, random_feature_projection, softmax_kernel_feature_map
-from primal_jax.initializers import linear_inits, torch_orthogonal_init, uniform01_init
+from primal_jax.initializers import torch_orthogonal_init, uniform01_init
 from primal_jax.ksvd import KSVD_COLLECTION, ksvd_terms
 from primal_jax.masks import mask_honoured, mask_values_ok, padding_from_mask, refuse_unhonoured
 from primal_jax.sampling import padding_aware_positions, release_sample_indices
@@ -34,10 +34,6 @@ from primal_jax.validation import check_choice, check_positive
 
 FEATURE_MAPS = ("cosine", "softmax_kernel")
 SAMPLING_MODES = ("release", "padding_aware")
-
-
-def _logical(init, names):
-  return nn.with_logical_partitioning(init, names)
 
 
 def _replace(_, value):
@@ -174,10 +170,10 @@ class PrimalAttention(AttentionShell):
     # the layout change into the fusions that produce and consume the features.
 
     a = n if n is not None else p
-    orth = _logical(torch_orthogonal_init(), ("heads", None, "rank"))
+    orth = self.logical(torch_orthogonal_init(), ("heads", None, "rank"))
     we = self.param("We", orth, (heads, a, s), self.param_dtype).astype(dtype)  # [H, a, s]
     wr = self.param("Wr", orth, (heads, a, s), self.param_dtype).astype(dtype)  # [H, a, s]
-    lam = self.param("Lambda", _logical(uniform01_init(), ("heads", "rank")), (heads, s), self.param_dtype)
+    lam = self.param("Lambda", self.logical(uniform01_init(), ("heads", "rank")), (heads, s), self.param_dtype)
 
     padding = padding_from_mask(mask, batch, length)  # [B, N] bool or None
     checks = self._mask_checks(mask, padding)
@@ -231,14 +227,14 @@ class PrimalAttention(AttentionShell):
       length,
     )
 
-    combine_kernel, combine_bias = linear_inits(self.init_style, 2 * s, self.kernel_init, self.bias_init)
+    combine_kernel, combine_bias = self.linear_inits(2 * s, ("rank2", "kv"), ("kv",))
     heads_out = nn.Dense(
       p,
       dtype=dtype,
       param_dtype=self.param_dtype,
       precision=self.precision,
-      kernel_init=_logical(combine_kernel, ("rank2", "kv")),
-      bias_init=_logical(combine_bias, ("kv",)),
+      kernel_init=combine_kernel,
+      bias_init=combine_bias,
       name="combine",
     )(jnp.concatenate([escore_t, rscore_t], axis=-1))  # [B, N, H, p], one Linear for all heads
     if padding is not None and self.mask_outputs:

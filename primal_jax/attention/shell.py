@@ -1,15 +1,19 @@
 """`AttentionShell`: what every attention mechanism of the library shares, written once.
 
-The shell owns the call signature of `flax.linen.MultiHeadDotProductAttention`
-(`inputs_q`, `inputs_k`, `inputs_v`, the `inputs_kv` alias, `mask`,
-`deterministic`, `dropout_rng`, `sow_weights`), the dtype rule, the per-head
-query/key/value projections, the dropout module and the output projection,
-with one parameter tree (`query`, `key`, `value`, `out`, all `DenseGeneral`
-over heads with the logical axes "embed", "heads", "kv"), so a checkpoint's
-projections carry over between mechanisms. A mechanism subclasses it and
-supplies only its core, `attend`, plus its own attributes (its options) and
-`validate`. Analysis code reads what a layer sows (`SPECTRUM_COLLECTION`)
-instead of re-implementing the layer.
+The shell owns the constructor and call of `flax.linen.MultiHeadDotProductAttention` (every argument
+of flax 0.12.8's class: inputs of shape [batch_sizes..., length, features], Flax's input defaults and
+errors, masks broadcast as Flax broadcasts them, the dtype rule, `normalize_qk`, the `*_dot_general`
+hooks of the projections, the output initialisers, the decode flag), the per-head query/key/value
+projections, the dropout module and the output projection, with one parameter tree (`query`, `key`,
+`value`, `out`, all `DenseGeneral` over heads), so a checkpoint's projections carry over between
+mechanisms. A mechanism subclasses it and supplies only its core, `attend`, on one folded batch axis,
+plus its own attributes (its options) and `validate`. Analysis code reads what a layer sows
+(`SPECTRUM_COLLECTION`) instead of re-implementing the layer.
+
+Parameters are plain arrays unless the caller's initialisers carry partitioning metadata
+(`nn.with_logical_partitioning`, as the project's models pass them: `primal_jax.initializers.
+partitioned_attention_inits`); then every parameter of the layer is boxed with its logical axes
+("embed", "heads", "kv", ...) and a boxed initialiser is used as given, never boxed twice.
 """
 
 from __future__ import annotations
@@ -21,67 +25,60 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from primal_jax.attention.contract import (
+  check_batch_and_length,
+  compute_dtype,
+  flat_batch,
+  flat_mask,
+  is_boxed_init,
+  plain_init,
+  resolve_inputs,
+)
 from primal_jax.dropout import Dropout
 from primal_jax.initializers import linear_inits
 from primal_jax.masks import padding_from_mask
-from primal_jax.validation import check_divisible, check_finite, check_positive, check_rank, check_same_shape
+from primal_jax.validation import check_divisible, check_positive
 
 # Collection into which a layer sows its attention matrix (softmax probabilities, or Primal-Attention's
 # induced kernel of Theorem 3.2) when, and only when, the caller makes it mutable: the matrix is
 # N x N, so nothing is computed otherwise.
 SPECTRUM_COLLECTION = "spectrum"
+# Attributes of Flax's class that only the softmax core can honour (a mechanism sets `softmax_hooks`).
+SOFTMAX_HOOKS = ("attention_fn", "qk_attn_weights_einsum_cls", "attn_weights_value_einsum_cls")
 
-
-def resolve_inputs(
-  inputs_q: jax.Array,
-  inputs_k: jax.Array | None,
-  inputs_v: jax.Array | None,
-  inputs_kv: jax.Array | None,
-  *,
-  debug_checks: bool = False,
-) -> tuple[jax.Array, jax.Array]:
-  """(keys input, values input) with Flax's defaults: keys = queries, values = keys.
-
-  `inputs_kv` is Flax's alias for both. Raises ValueError for a wrong rank, keys
-  and values of different shapes or batch sizes, and (with `debug_checks`)
-  NaN/inf inputs.
-  """
-  if inputs_kv is not None:
-    if inputs_k is not None or inputs_v is not None:
-      raise ValueError("pass either inputs_k/inputs_v or inputs_kv, not both")
-    inputs_k = inputs_v = inputs_kv
-  inputs_k = inputs_q if inputs_k is None else inputs_k
-  inputs_v = inputs_k if inputs_v is None else inputs_v
-  check_rank(inputs_q, 3, "inputs_q", "[batch, length, features]")
-  check_rank(inputs_k, 3, "inputs_k", "[batch, length, features]")
-  check_same_shape(inputs_k, inputs_v, "inputs_k", "inputs_v")
-  if inputs_k.shape[0] != inputs_q.shape[0]:
-    raise ValueError(f"inputs_k must have batch size {inputs_q.shape[0]} (that of inputs_q), got {inputs_k.shape}")
-  if debug_checks:
-    for name, value in (("inputs_q", inputs_q), ("inputs_k", inputs_k), ("inputs_v", inputs_v)):
-      check_finite(value, name)
-  return inputs_k, inputs_v
+__all__ = ["SPECTRUM_COLLECTION", "AttentionShell", "resolve_inputs"]
 
 
 class AttentionShell(nn.Module):
   """Projections, dropout and output around a mechanism's core.
 
   out = Linear_out(attend(query(x_q), key(x_k), value(x_v))), heads merged. The attributes not listed
-  below mirror `nn.MultiHeadDotProductAttention`.
+  below are those of `nn.MultiHeadDotProductAttention` and mean what they mean there.
 
   Attributes:
     num_heads: H.
+    num_kv_heads: key/value heads (grouped-query attention; None = `num_heads`); only mechanisms with
+      `supports_kv_groups` accept fewer.
     causal: causal attention (a mechanism without a causal form refuses it).
     init_style: "flax", "torch" or "gpt2" (see `primal_jax.initializers`).
     debug_checks: raise ValueError on NaN/inf inputs (costs a host sync).
     dropout_impl: mask generator, "threefry" (= nn.Dropout) or "hash"
       (`primal_jax.dropout`); where the dropout acts is the mechanism's choice.
-    decode: incremental causal decoding from the `cache` collection; only
-      mechanisms that keep a decoding state accept it.
+    decode: incremental decoding from the `cache` collection; only mechanisms that keep a decoding
+      state accept it (softmax decodes as Flax does, masking to the cache index; the others decode
+      their causal form).
+    normalize_qk: LayerNorm (no bias) of the projected queries and keys, as Flax ("query_ln", "key_ln").
+    attention_fn, qk_attn_weights_einsum_cls, attn_weights_value_einsum_cls: the softmax core's hooks
+      (None = the mechanism's own core); a mechanism without `softmax_hooks` refuses them.
+    force_fp32_for_softmax: softmax weights in float32 (a mechanism without a softmax computes its
+      features in at least float32 already, so accepts and ignores it).
 
   Class attributes a mechanism sets: `projections`, which of "query", "key", "value" it has
   (Primal-Attention has no value projection); `supports_causal` and `supports_decode`, whether `causal` /
-  `decode` may be True; `self_attention_only`, whether the keys input must have the queries input's shape.
+  `decode` may be True; `self_attention_only`, whether the keys input must have the queries input's shape;
+  `softmax_hooks`, whether `attention_fn` and the einsum hooks drive its core; `supports_kv_groups`,
+  whether `num_kv_heads < num_heads` is defined for it; `decode_needs_causal`, whether `decode=True` asks
+  for `causal=True` (softmax's cache masks to its own index, as Flax's does, so it does not).
   """
 
   num_heads: int
@@ -98,14 +95,29 @@ class AttentionShell(nn.Module):
   deterministic: bool | None = None
   precision: Any = None
   kernel_init: Any = None
+  out_kernel_init: Any = None
   bias_init: Any = None
+  out_bias_init: Any = None
   use_bias: bool = True
+  attention_fn: Any = None
   decode: bool = False
+  normalize_qk: bool = False
+  force_fp32_for_softmax: bool = False
+  qkv_dot_general: Any = None
+  out_dot_general: Any = None
+  qkv_dot_general_cls: Any = None
+  out_dot_general_cls: Any = None
+  qk_attn_weights_einsum_cls: Any = None
+  attn_weights_value_einsum_cls: Any = None
+  num_kv_heads: int | None = None
 
   projections: ClassVar[tuple[str, ...]] = ("query", "key", "value")
   supports_causal: ClassVar[bool] = True
   supports_decode: ClassVar[bool] = False
   self_attention_only: ClassVar[bool] = False
+  softmax_hooks: ClassVar[bool] = False
+  supports_kv_groups: ClassVar[bool] = False
+  decode_needs_causal: ClassVar[bool] = True
 
   def validate(self) -> None:
     """Checks of the mechanism's own attributes; subclasses extend it (called on every call)."""
@@ -127,11 +139,37 @@ class AttentionShell(nn.Module):
     dropout_rng: jax.Array | None,
     sow_weights: bool,
   ) -> jax.Array:
-    """The mechanism's core: q [B, N, H, p], k/v [B, M, H, p] (None without that projection) -> [B, N, H, p].
+    """The mechanism's core: q [B, N, H, p], k/v [B, M, H_kv, p] (None without that projection) -> [B, N, H, p].
 
-    `inputs_k` is the raw keys input [B, M, D] (Primal-Attention samples its rows).
+    B is the caller's batch axes folded into one; `inputs_k` is the raw keys input [B, M, D] (Primal-Attention
+    samples its rows); `mask` is None, [B, M] key padding or [B|1, 1|H, N, M] "may attend".
     """
     raise NotImplementedError
+
+  # ---- parameters -------------------------------------------------------------------------------------
+
+  @property
+  def partitioned(self) -> bool:
+    """Whether the caller's initialisers carry partitioning metadata: then every parameter is boxed."""
+    inits = (self.kernel_init, self.bias_init, self.out_kernel_init, self.out_bias_init)
+    return any(is_boxed_init(init) for init in inits)
+
+  def logical(self, init, names: tuple[str | None, ...]):
+    """`init` boxed with the logical axis `names` when the layer is partitioned and `init` is not boxed yet."""
+    if self.partitioned and not is_boxed_init(init):
+      return nn.with_logical_partitioning(init, names)
+    return init
+
+  def linear_inits(self, fan_in: int, kernel_names, bias_names):
+    """(kernel_init, bias_init) of a mechanism's own Linear (`init_style`, the caller's initialisers unboxed)."""
+    kernel, bias = linear_inits(self.init_style, fan_in, plain_init(self.kernel_init), plain_init(self.bias_init))
+    return self.logical(kernel, kernel_names), self.logical(bias, bias_names)
+
+  def _projection_inits(self, fan_in: int, kernel_init, bias_init, kernel_names, bias_names):
+    kernel, bias = linear_inits(self.init_style, fan_in, kernel_init, bias_init)
+    return self.logical(kernel, kernel_names), self.logical(bias, bias_names)
+
+  # ---- shared pieces of the cores -------------------------------------------------------------------------
 
   def apply_dropout(
     self, x: jax.Array, deterministic: bool | None, rng: jax.Array | None, broadcast_dims: tuple[int, ...] = ()
@@ -157,6 +195,37 @@ class AttentionShell(nn.Module):
     padding = jnp.ones((batch, length), bool) if padding is None else padding
     self.sow(SPECTRUM_COLLECTION, kind, {"matrix": matrix_fn(), "padding": padding})
 
+  def repeat_kv(self, x: jax.Array | None) -> jax.Array | None:
+    """[B, M, H_kv, p] -> [B, M, H, p], each key/value head shared by its group of query heads."""
+    if x is None or x.shape[-2] == self.num_heads:
+      return x
+    return jnp.repeat(x, self.num_heads // x.shape[-2], axis=-2)
+
+  # ---- the call ----------------------------------------------------------------------------------------
+
+  def _check_fields(self) -> None:
+    name = type(self).__name__
+    check_positive(self.num_heads, "num_heads")
+    if self.causal and not self.supports_causal:
+      raise ValueError(f"causal=True is not supported by {name} (non-causal only)")
+    if self.decode and not self.supports_decode:
+      raise ValueError(f"decode=True is not supported by {name} (it keeps no decoding cache)")
+    if self.decode and not self.causal and self.decode_needs_causal:
+      raise ValueError(f"decode=True needs causal=True ({name} decodes its causal form only)")
+    if not self.softmax_hooks:
+      for hook in SOFTMAX_HOOKS:
+        if getattr(self, hook) is not None:
+          raise ValueError(f"{hook} is not supported by {name}: it replaces a softmax core, which {name} has not")
+    if self.num_kv_heads is not None:
+      check_positive(self.num_kv_heads, "num_kv_heads")
+      check_divisible(self.num_heads, self.num_kv_heads, "num_heads", "num_kv_heads")
+      if self.num_kv_heads != self.num_heads and not self.supports_kv_groups:
+        raise ValueError(
+          f"num_kv_heads={self.num_kv_heads} (< num_heads) is not supported by {name}: grouped key/value heads "
+          "are not defined for it (it has no per-head keys and values to share)"
+        )
+    self.validate()
+
   @nn.compact
   def __call__(
     self,
@@ -173,68 +242,101 @@ class AttentionShell(nn.Module):
     """Applies the attention.
 
     Args:
-      inputs_q: [B, N, D] queries input.
-      inputs_k: [B, M, D] keys input (default `inputs_q`).
-      inputs_v: [B, M, D] values input (default `inputs_k`; ignored without a value projection).
-      inputs_kv: alias setting both `inputs_k` and `inputs_v` (Flax compatibility).
-      mask: [B, M] key padding (True = real) or a Flax attention mask [B, 1|H, N, M]; each mechanism
-        documents what it does with it.
+      inputs_q: [batch_sizes..., N, D] queries input (any number of batch axes, none included).
+      inputs_k: [batch_sizes..., M, D_k] keys input (default `inputs_q`).
+      inputs_v: [batch_sizes..., M, D_v] values input (default `inputs_k`; ignored without a value
+        projection); given without `inputs_k` it is refused, as in Flax.
+      inputs_kv: Flax's deprecated alias setting both `inputs_k` and `inputs_v`.
+      mask: [batch_sizes..., M] key padding (True = real) or a Flax attention mask broadcasting to
+        [batch_sizes..., H, N, M]; each mechanism documents what it does with it.
       deterministic: disables dropout; merged with the attribute.
       dropout_rng: optional explicit dropout key.
       sow_weights: sow the attention weights in `intermediates` where the mechanism forms them.
     Returns:
-      [B, N, out_features].
+      [batch_sizes..., N, out_features].
     """
-    name = type(self).__name__
-    check_positive(self.num_heads, "num_heads")
-    if self.causal and not self.supports_causal:
-      raise ValueError(f"causal=True is not supported by {name} (non-causal only)")
-    if self.decode and not self.supports_decode:
-      raise ValueError(f"decode=True is not supported by {name} (it keeps no decoding cache)")
-    if self.decode and not self.causal:
-      raise ValueError(f"decode=True needs causal=True ({name} decodes causally only)")
-    self.validate()
+    self._check_fields()
     inputs_k, inputs_v = resolve_inputs(inputs_q, inputs_k, inputs_v, inputs_kv, debug_checks=self.debug_checks)
-    if self.self_attention_only:
-      check_same_shape(inputs_q, inputs_k, "inputs_q", "inputs_k")
+    if self.self_attention_only and inputs_k.shape != inputs_q.shape:
+      raise ValueError(
+        f"inputs_k must have the shape of inputs_q {inputs_q.shape} ({type(self).__name__} is self-attention "
+        f"only), got {inputs_k.shape}"
+      )
     width = inputs_q.shape[-1]
     features = self.qkv_features or width
     check_divisible(features, self.num_heads, "qkv_features", "num_heads")
     p = features // self.num_heads
-    dtype = self.dtype or jnp.result_type(inputs_q.dtype, jnp.float32)
+    kv_heads = self.num_kv_heads or self.num_heads
+    sources = {"query": inputs_q, "key": inputs_k, "value": inputs_v}
+    used = [sources[name] for name in self.projections]
+    dtype = compute_dtype(self.dtype, *used, self.param_dtype)
 
-    kernel_init, bias_init = linear_inits(self.init_style, width, self.kernel_init, self.bias_init)
+    kernel_init, bias_init = self._projection_inits(
+      width, self.kernel_init, self.bias_init, ("embed", "heads", "kv"), ("heads", "kv")
+    )
     project = functools.partial(
       nn.DenseGeneral,
-      features=(self.num_heads, p),
-      dtype=dtype,
+      dtype=self.dtype,
       param_dtype=self.param_dtype,
       precision=self.precision,
       use_bias=self.use_bias,
-      kernel_init=nn.with_logical_partitioning(kernel_init, ("embed", "heads", "kv")),
-      bias_init=nn.with_logical_partitioning(bias_init, ("heads", "kv")),
+      kernel_init=kernel_init,
+      bias_init=bias_init,
+      dot_general=self.qkv_dot_general,
+      dot_general_cls=self.qkv_dot_general_cls,
     )
-    sources = {"query": inputs_q, "key": inputs_k, "value": inputs_v}
-    projected = {name: project(name=name)(sources[name]) for name in self.projections}  # [B, N|M, H, p]
+    projected = {
+      name: project(features=(self.num_heads if name == "query" else kv_heads, p), name=name)(sources[name])
+      for name in self.projections
+    }  # [batch_sizes..., N|M, H|H_kv, p]
+    if self.normalize_qk:
+      ln = functools.partial(nn.LayerNorm, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype)
+      ln = functools.partial(ln, scale_init=self.logical(nn.initializers.ones, ("kv",)))
+      for name in ("query", "key"):
+        if name in projected:
+          projected[name] = ln(name=f"{name}_ln")(projected[name])
+    check_batch_and_length(inputs_q, projected)
+    batch = tuple(inputs_q.shape[:-2])
+    q_len, k_len = inputs_q.shape[-2], inputs_k.shape[-2]
+    projected = {name: flat_batch(x, 3).astype(dtype) for name, x in projected.items()}  # [B, N|M, H, p]
     heads_out = self.attend(
       projected["query"],
       projected.get("key"),
       projected.get("value"),
-      inputs_k=inputs_k,
-      mask=mask,
+      inputs_k=flat_batch(inputs_k, 2),
+      mask=flat_mask(mask, batch, q_len, k_len),
       deterministic=deterministic,
       dropout_rng=dropout_rng,
       sow_weights=sow_weights,
     )  # [B, N, H, p]
-    out_kernel, out_bias = linear_inits(self.init_style, features, self.kernel_init, self.bias_init)
+    if sow_weights and len(batch) != 1:
+      self._unfold_sown(batch)
+    heads_out = heads_out.reshape((*batch, *heads_out.shape[1:]))
+    out_kernel, out_bias = self._projection_inits(
+      features,
+      self.out_kernel_init or self.kernel_init,
+      self.out_bias_init or self.bias_init,
+      ("heads", "kv", "embed"),
+      ("embed",),
+    )
     return nn.DenseGeneral(
       features=self.out_features or width,
       axis=(-2, -1),
-      dtype=dtype,
+      dtype=self.dtype,
       param_dtype=self.param_dtype,
       precision=self.precision,
       use_bias=self.use_bias,
-      kernel_init=nn.with_logical_partitioning(out_kernel, ("heads", "kv", "embed")),
-      bias_init=nn.with_logical_partitioning(out_bias, ("embed",)),
+      kernel_init=out_kernel,
+      bias_init=out_bias,
+      dot_general=self.out_dot_general,
+      dot_general_cls=self.out_dot_general_cls,
       name="out",
     )(heads_out.astype(dtype))
+
+  def _unfold_sown(self, batch: tuple[int, ...]) -> None:
+    """The attention weights a core sowed on the folded batch, [B, ...] -> [batch_sizes..., ...], as Flax's."""
+    if not self.has_variable("intermediates", "attention_weights"):
+      return
+    sown = self.get_variable("intermediates", "attention_weights")
+    last = sown[-1].reshape((*batch, *sown[-1].shape[1:]))
+    self.put_variable("intermediates", "attention_weights", (*sown[:-1], last))

@@ -7,13 +7,15 @@ two are interchangeable by name in one block.
 
 from __future__ import annotations
 
+import inspect
 from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+from flax import linen as nn
 
-from primal_jax.attention.shell import SPECTRUM_COLLECTION, AttentionShell
-from primal_jax.masks import attention_bias_mask
+from primal_jax.attention.shell import SOFTMAX_HOOKS, SPECTRUM_COLLECTION, AttentionShell
+from primal_jax.masks import attention_bias_mask, refuse_unhonoured
 from primal_jax.validation import check_choice
 
 # The release subtracts 1e6 from masked scores rather than using -inf, so a row with every key
@@ -33,15 +35,22 @@ class SoftmaxAttention(AttentionShell):
       form masks keys with the dtype's most negative value instead of -1e6 (a row with
       every key masked differs) and has no hook for dropout on the weights, so it
       refuses `dropout_rate > 0` and `sow_weights`. Both decode.
-    decode: incremental decoding with a key/value cache sized by the first
-      (initialising) call's length, laid out [B * H, p, max_len] for the decode
-      contraction (`_decode_attend`).
+    attention_fn, qk_attn_weights_einsum_cls, attn_weights_value_einsum_cls: given, the core is Flax's:
+      `attention_fn` (default `nn.dot_product_attention`) called as `nn.MultiHeadDotProductAttention` calls it.
+    num_kv_heads: grouped-query attention: H_kv key/value heads, each shared by H / H_kv query heads.
+    decode: incremental decoding as Flax's: a key/value cache sized by the first (initialising) call's
+      length, each call's chunk written at the cache index and attending to the cache up to itself. The
+      cache holds keys and values [B * H_kv, p, max_len] (`_decode_attend`) and the scalar index; a
+      chunk of another batch, or past the cache's end, is refused.
     The rest: see `AttentionShell`.
   """
 
   impl: str = "einsum"
 
   supports_decode: ClassVar[bool] = True
+  softmax_hooks: ClassVar[bool] = True
+  supports_kv_groups: ClassVar[bool] = True
+  decode_needs_causal: ClassVar[bool] = False
 
   def validate(self) -> None:
     check_choice(self.impl, IMPLS, "impl")
@@ -51,8 +60,13 @@ class SoftmaxAttention(AttentionShell):
         f"weights); got dropout_rate={self.dropout_rate}"
       )
 
+  @property
+  def flax_core(self) -> bool:
+    """Whether a Flax hook replaces the core (`attention_fn` or the einsum classes)."""
+    return any(getattr(self, hook) is not None for hook in SOFTMAX_HOOKS)
+
   def attend(self, q, k, v, *, inputs_k, mask, deterministic, dropout_rng, sow_weights):
-    """q [B, N, H, p], k/v [B, M, H, p] -> [B, N, H, p]; mask [B, M] key padding or [B, 1|H, N, M]."""
+    """q [B, N, H, p], k/v [B, M, H_kv, p] -> [B, N, H, p]; mask [B, M] key padding or [B, 1|H, N, M]."""
     del inputs_k
     batch, length, _, p = q.shape
     if self.decode:
@@ -60,6 +74,9 @@ class SoftmaxAttention(AttentionShell):
         raise ValueError("SoftmaxAttention decode takes no mask: the cache is causal; pad prompts on the right")
       return self._decode_attend(q, k, v, deterministic, dropout_rng, sow_weights)
     allowed = attention_bias_mask(mask, batch, length, k.shape[1], self.causal)
+    k, v = self.repeat_kv(k), self.repeat_kv(v)
+    if self.flax_core:
+      return self._flax_attend(q, k, v, allowed, deterministic, dropout_rng, sow_weights)
     if self.impl == "dot_product_attention":
       self._refuse_sowing(sow_weights)
       return jax.nn.dot_product_attention(q, k, v, mask=allowed)  # [B, N, H, p]
@@ -68,19 +85,48 @@ class SoftmaxAttention(AttentionShell):
       self.sow("intermediates", "attention_weights", weights)
     self.sow_matrix("softmax", lambda: self._exact_weights(q, k, allowed), mask, batch, length)
     weights = self.apply_dropout(weights, deterministic, dropout_rng, (1,) if self.broadcast_dropout else ())
-    return jnp.einsum("bhnm,bmhd->bnhd", weights, v)  # [B, N, H, p]
+    return jnp.einsum("bhnm,bmhd->bnhd", weights, v).astype(q.dtype)  # [B, N, H, p]
+
+  def _flax_attend(self, q, k, v, allowed, deterministic, dropout_rng, sow_weights):
+    """The core as `nn.MultiHeadDotProductAttention` runs it: `attention_fn` with the keywords it declares."""
+    if self.dropout_rate > 0.0:
+      deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
+      if not deterministic and dropout_rng is None:
+        dropout_rng = self.make_rng("dropout")
+    else:
+      deterministic = True
+    fn = self.attention_fn or nn.dot_product_attention
+    make = lambda cls: cls() if cls is not None else None  # noqa: E731
+    kwargs = dict(
+      mask=allowed,
+      dropout_rng=dropout_rng,
+      dropout_rate=self.dropout_rate,
+      broadcast_dropout=self.broadcast_dropout,
+      deterministic=deterministic,
+      dtype=self.dtype,
+      precision=self.precision,
+      force_fp32_for_softmax=self.force_fp32_for_softmax,
+      qk_attn_weights_einsum=make(self.qk_attn_weights_einsum_cls),
+      attn_weights_value_einsum=make(self.attn_weights_value_einsum_cls),
+    )
+    accepted = inspect.signature(fn).parameters
+    kwargs = {key: value for key, value in kwargs.items() if key in accepted}
+    if sow_weights:
+      return fn(q, k, v, **kwargs, module=self)
+    return fn(q, k, v, **kwargs)
 
   def _refuse_sowing(self, sow_weights: bool) -> None:
     if sow_weights or (not self.is_initializing() and self.is_mutable_collection(SPECTRUM_COLLECTION)):
       raise ValueError("impl='dot_product_attention' forms no weights to sow; use impl='einsum'")
 
-  @staticmethod
-  def _weights(scores, allowed, p: int, dtype) -> jax.Array:
-    """softmax(scores / sqrt(p) - 1e6 * (1 - allowed)) over the last axis, in at least float32, cast to `dtype`."""
+  def _weights(self, scores, allowed, p: int, dtype) -> jax.Array:
+    """softmax(scores / sqrt(p) - 1e6 * (1 - allowed)) over the last axis, in at least float32, cast to `dtype`
+    (kept in float32 with `force_fp32_for_softmax`, as Flax keeps them)."""
     scores = scores / jnp.sqrt(jnp.asarray(p, scores.dtype))
     if allowed is not None:
       scores = scores - MASK_PENALTY * (1.0 - allowed.astype(scores.dtype))
-    return jax.nn.softmax(scores.astype(jnp.promote_types(dtype, jnp.float32)), axis=-1).astype(dtype)
+    weights = jax.nn.softmax(scores.astype(jnp.promote_types(dtype, jnp.float32)), axis=-1)
+    return weights if self.force_fp32_for_softmax else weights.astype(dtype)
 
   @staticmethod
   def _exact_weights(q, k, allowed) -> jax.Array:
@@ -94,48 +140,77 @@ class SoftmaxAttention(AttentionShell):
   def _decode_attend(self, q, k, v, deterministic, dropout_rng, sow_weights):
     """A chunk of T queries [B, T, H, p] against the cache, after writing the chunk's keys and values into it.
 
-    The cache is laid out for the decode contraction (`_decode_cache`): keys and values [B * H, p, max_len], so
-    q K^T and p V are batched matrix-vector products whose long axis is the cache's contiguous minor one, with
-    the one batch axis XLA's dot takes: each reads the cache once, in place. (A [B, max_len, H, p] cache made XLA
-    transpose every layer's keys and values at every token; [B, H, ...] made it fuse the cache update into the
-    reshape its dot needs and copy the whole cache; positions-major values made XLA:CPU's p V run at a tenth of
-    the memory bandwidth.) The unfilled tail is masked on the [B, H, T, max_len] scores only. Under `jit` with
-    the cache donated, the chunk's write (`dynamic_update_slice`) is in place.
+    The cache is laid out for the decode contraction (`_decode_cache`): keys and values [B * H_kv, p, max_len],
+    so q K^T and p V are batched matrix-vector products (one batch axis, B * H_kv; a group's G = H / H_kv query
+    heads and the chunk's T positions stacked as rows) whose long axis is the cache's contiguous minor one: each
+    reads the cache once, in place. (A [B, max_len, H, p] cache made XLA transpose every layer's keys and values
+    at every token; [B, H, p, max_len], batch first, makes XLA:CPU duplicate the cache write into the reshape
+    its dot needs when B = 1, copying the whole cache at every token (tests/test_decoding.py's in-place test);
+    positions-major values made XLA:CPU's p V run at a tenth of the memory bandwidth.) The unfilled tail is
+    masked on the scores only. Under `jit` with the cache donated, the chunk's write is in place.
     """
     batch, chunk, heads, p = q.shape
-    cached_k, cached_v, allowed = self._decode_cache(k, v)  # [BH, p, L] x 2, [T, L]
-    if self.impl == "dot_product_attention":
-      self._refuse_sowing(sow_weights)
-      # The layout jax.nn.dot_product_attention takes ([B, L, H, p]), as a transposed view of the cache.
-      view = lambda c: jnp.transpose(c.reshape(batch, heads, p, -1), (0, 3, 1, 2))  # noqa: E731
-      return jax.nn.dot_product_attention(q, view(cached_k), view(cached_v), mask=allowed[None, None])
-    q3 = jnp.swapaxes(q, 1, 2).reshape(batch * heads, chunk, p)
-    weights = self._weights(jnp.einsum("gtd,gdl->gtl", q3, cached_k), allowed, p, q.dtype)  # [BH, T, L]
-    weights = weights.reshape(batch, heads, chunk, -1)
+    kv_heads = k.shape[2]
+    group = heads // kv_heads
+    cached_k, cached_v, allowed, ok = self._decode_cache(k, v)  # [B Hkv, p, L] x 2, [T, L], [B]
+    message = f"SoftmaxAttention decode: the chunk runs past the cache's {cached_k.shape[-1]} positions"
+    if self.flax_core or self.impl == "dot_product_attention":
+      # The layout Flax's and jax.nn's attention take ([B, L, H, p]), as a transposed view of the cache.
+      view = lambda c: self.repeat_kv(jnp.transpose(c.reshape(batch, kv_heads, p, -1), (0, 3, 1, 2)))  # noqa: E731
+      if self.flax_core:
+        keys, values = view(cached_k), view(cached_v)
+        out = self._flax_attend(q, keys, values, allowed[None, None], deterministic, None, sow_weights)
+      else:
+        self._refuse_sowing(sow_weights)
+        out = jax.nn.dot_product_attention(q, view(cached_k), view(cached_v), mask=allowed[None, None])
+      return refuse_unhonoured(out, ok, message, self.debug_checks)
+    # [B, T, H, p] -> [B Hkv, G T, p]: a group's query heads and the chunk's positions as rows.
+    rows = jnp.transpose(q.reshape(batch, chunk, kv_heads, group, p), (0, 2, 3, 1, 4))
+    scores = jnp.einsum("grd,gdl->grl", rows.reshape(batch * kv_heads, group * chunk, p), cached_k)
+    weights = self._weights(scores, jnp.tile(allowed, (group, 1)), p, q.dtype)  # [B Hkv, G T, L]
+    full = weights.reshape(batch, heads, chunk, -1)  # [B, H, T, L]
     if sow_weights:
-      self.sow("intermediates", "attention_weights", weights)
-    weights = self.apply_dropout(weights, deterministic, dropout_rng, (1,) if self.broadcast_dropout else ())
-    out = jnp.einsum("gtl,gdl->gtd", weights.reshape(batch * heads, chunk, -1), cached_v)  # [BH, T, p]
-    return jnp.swapaxes(out.reshape(batch, heads, chunk, p), 1, 2)  # [B, T, H, p]
+      self.sow("intermediates", "attention_weights", full)
+    full = self.apply_dropout(full, deterministic, dropout_rng, (1,) if self.broadcast_dropout else ())
+    out = jnp.einsum("grl,gdl->grd", full.reshape(batch * kv_heads, group * chunk, -1), cached_v)  # [B Hkv, G T, p]
+    out = jnp.transpose(out.reshape(batch, kv_heads, group, chunk, p), (0, 3, 1, 2, 4)).reshape(q.shape)
+    return refuse_unhonoured(out.astype(q.dtype), ok, message, self.debug_checks)
 
   def _decode_cache(self, k, v):
-    """Writes a chunk of T keys/values [B, T, H, p] at the cache index; returns the cache and the [T, L] mask.
+    """Writes a chunk of T keys/values [B, T, H_kv, p] at the cache index; returns the cache, the [T, L] mask and
+    [B] ok (False where the chunk would run past the cache: its outputs are refused, never silently wrong).
 
-    The cache ([B * H, p, max_len] keys and values, sequence-and-head major, positions contiguous) and its
-    length are fixed by the initialising call, whose own chunk is the maximum length.
+    The cache ([B * H_kv, p, max_len] keys and values, sequence-and-head major, positions contiguous, and the
+    scalar index) and its length are fixed by the initialising call, whose own chunk is the maximum length.
+    A chunk of another batch than the cache's, or one past its end (when the index is concrete), raises
+    ValueError; under `jit` the outputs of a chunk past the end are NaN (the write is clamped by XLA).
     """
-    batch, chunk, heads, p = k.shape
-    k, v = (jnp.transpose(x, (0, 2, 3, 1)).reshape(batch * heads, p, chunk) for x in (k, v))  # [BH, p, T]
+    batch, chunk, kv_heads, p = k.shape
+    k, v = (jnp.transpose(x, (0, 2, 3, 1)).reshape(batch * kv_heads, p, chunk) for x in (k, v))  # [B Hkv, p, T]
     initialized = self.has_variable("cache", "cached_key")
     cached_k = self.variable("cache", "cached_key", jnp.zeros, k.shape, k.dtype)
     cached_v = self.variable("cache", "cached_value", jnp.zeros, v.shape, v.dtype)
     index = self.variable("cache", "index", lambda: jnp.array(0, jnp.int32))
-    max_len = cached_k.value.shape[2]
+    max_len = cached_k.value.shape[-1]
     if not initialized:  # the initialising call attends over its own chunk; the cache it creates stays zero
-      return k, v, jnp.tril(jnp.ones((chunk, chunk), bool))
+      return k, v, jnp.tril(jnp.ones((chunk, chunk), bool)), jnp.ones((batch,), bool)
+    if cached_k.value.shape[:2] != k.shape[:2]:
+      cache_batch = cached_k.value.shape[0] // kv_heads
+      raise ValueError(
+        f"SoftmaxAttention decode: inputs of batch {batch} against a cache of batch {cache_batch} "
+        "(decode the batch the cache was initialised with)"
+      )
     start = index.value
-    cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k.astype(cached_k.value.dtype), (0, 0, start))
-    cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v.astype(cached_v.value.dtype), (0, 0, start))
-    index.value = start + chunk
+    end = start + chunk
+    if not isinstance(end, jax.core.Tracer) and int(end) > max_len:
+      raise ValueError(
+        f"SoftmaxAttention decode: positions {int(start)}..{int(end) - 1} run past the cache's {max_len} "
+        "positions (set by the initialising call's length)"
+      )
+    ok = jnp.broadcast_to(end <= max_len, (batch,))
+    zero = jnp.zeros((), start.dtype)  # one index dtype, also under jax_enable_x64
+    cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k.astype(cached_k.value.dtype), (zero, zero, start))
+    cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v.astype(cached_v.value.dtype), (zero, zero, start))
+    index.value = end
     allowed = jnp.arange(max_len)[None, :] <= (start + jnp.arange(chunk))[:, None]  # [T, L]
-    return cached_k.value, cached_v.value, allowed
+    return cached_k.value, cached_v.value, allowed, ok

@@ -18,7 +18,7 @@ import numpy as np
 
 from primal_jax.attention.registry import ATTENTIONS, LayerSpec, check_options, get_attention
 from primal_jax.dropout import DROPOUT_IMPLS
-from primal_jax.initializers import INIT_STYLES
+from primal_jax.initializers import INIT_STYLES, partitioned_attention_inits
 from primal_jax.validation import check_choice, check_divisible, check_positive, check_rate
 
 STACKS = ("primalformer", "primal_plus")  # besides any registered attention name
@@ -218,6 +218,7 @@ class TransformerConfig:
       dtype=self.dtype,
       param_dtype=self.param_dtype,
       max_len=self.max_len,
+      **partitioned_attention_inits(),  # parameters boxed with their logical axes, for sharded training
       name=name,
     )
 

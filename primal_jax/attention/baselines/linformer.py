@@ -89,7 +89,7 @@ class LinformerAttention(BaselineAttention):
         f"LinformerAttention(form='release') needs key length == max_len ({self.max_len}), got {length}: the "
         "release pads every input to max_seq_len"
       )
-    init = nn.with_logical_partitioning(nn.initializers.normal(PROJECTION_STDDEV), ("heads", None, None))
+    init = self.logical(nn.initializers.normal(PROJECTION_STDDEV), ("heads", None, None))
     shape = (self.num_heads, self.linformer_k, self.max_len)
     e = self.param("E", init, shape, self.param_dtype)
     f = e if self.share_kv or self.form == "release" else self.param("F", init, shape, self.param_dtype)

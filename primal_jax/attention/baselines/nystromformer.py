@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import linen as nn
 
 from primal_jax.attention.baselines.common import BaselineAttention, check_form, compute_dtype, zero_padded
 from primal_jax.initializers import linear_inits
@@ -229,7 +228,7 @@ class NystromAttention(BaselineAttention):
     init, _ = linear_inits(self.init_style, self.conv_kernel_size)
     kernel = self.param(
       "conv",
-      nn.with_logical_partitioning(init, (None, "heads")),
+      self.logical(init, (None, "heads")),
       (self.conv_kernel_size, self.num_heads),
       self.param_dtype,
     )

@@ -149,8 +149,8 @@ class SoftAttention(BaselineAttention):
     if self.landmark_norm:
       norm = nn.LayerNorm(
         epsilon=LAYER_NORM_EPS, dtype=dt, param_dtype=self.param_dtype, name="landmark_norm",
-        scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("kv",)),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("kv",)),
+        scale_init=self.logical(nn.initializers.ones, ("kv",)),
+        bias_init=self.logical(nn.initializers.zeros, ("kv",)),
       )  # fmt: skip
       landmarks = jax.nn.gelu(norm(landmarks), approximate=False)
     return soft_attention(q, landmarks, v.astype(dt), key_valid, iterations=self.newton_iterations)
@@ -167,7 +167,7 @@ class SoftAttention(BaselineAttention):
     if length % r:
       raise ValueError(f"landmarks='conv' needs a sequence length divisible by conv_block={r}, got {length}")
     init, _ = linear_inits(self.init_style, r * p)  # Conv2d's fan-in: p channels x its r x r window
-    kernel = self.param(
-      "landmark_conv", nn.with_logical_partitioning(init, (None, "kv", "kv")), (r, p, p), self.param_dtype
-    ).astype(q.dtype)
+    kernel = self.param("landmark_conv", self.logical(init, (None, "kv", "kv")), (r, p, p), self.param_dtype).astype(
+      q.dtype
+    )
     return jnp.einsum("bhmtp,tpo->bhmo", q.reshape(batch, heads, length // r, r, p), kernel)

@@ -19,7 +19,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-from flax import linen as nn
 
 from primal_jax.attention.baselines.common import BaselineAttention, compute_dtype, zero_padded
 from primal_jax.attention.baselines.nystromformer import depthwise_sequence_conv
@@ -192,6 +191,6 @@ class YosoAttention(BaselineAttention):
       raise ValueError(f"the conv residual (conv_window={self.conv_window}) needs as many queries as keys")
     init, _ = linear_inits(self.init_style, self.conv_window)
     kernel = self.param(
-      "conv", nn.with_logical_partitioning(init, (None, "heads")), (self.conv_window, self.num_heads), self.param_dtype
+      "conv", self.logical(init, (None, "heads")), (self.conv_window, self.num_heads), self.param_dtype
     )
     return out + depthwise_sequence_conv(zero_padded(v.astype(out.dtype), key_valid), kernel.astype(out.dtype))
