@@ -492,7 +492,7 @@ def test_low_rank_beyond_the_head_width_warns_for_data_independent_weights():
   with pytest.warns(UserWarning, match=r"layer 0: low_rank s=20 exceeds the head width p=16 .*rank <= 16"):
     config = TransformerConfig(layers=("primal",), attention=independent, dim=32, num_heads=2, vocab_size=8)
   tokens = jnp.ones((1, 4), jnp.int32)
-  params = nn.unbox(SequenceClassifier(config).init(jax.random.key(0), tokens, jnp.ones((1, 4)))["params"])
+  params = nn.unbox(jax.jit(SequenceClassifier(config).init)(jax.random.key(0), tokens, jnp.ones((1, 4)))["params"])
   paths = jax.tree_util.tree_leaves_with_path(params)
   (we,) = [np.asarray(v, np.float64) for path, v in paths if jax.tree_util.keystr(path).endswith("['We']")]
   assert we.shape == (2, 16, 20) and [np.linalg.matrix_rank(w) for w in we] == [16, 16]
