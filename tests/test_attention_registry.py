@@ -71,10 +71,10 @@ def test_new_mechanism_runs_in_a_model_through_the_config(uniform):
   assert built.module.config.layer_attention(0).gain == 2.0
   tokens = jnp.asarray(np.random.default_rng(0).integers(1, 11, (B, N)), jnp.int32)
   mask = jnp.arange(N)[None, :] < jnp.array([[N], [4]])
-  variables = built.module.init(jax.random.key(0), tokens, mask)
+  variables = jax.jit(built.module.init)(jax.random.key(0), tokens, mask)  # jitted: one compilation, not one per op
   block0 = variables["params"]["body"]["encoder"]["block_0"]["attention"]
   assert set(block0) == {"query", "key", "value", "out"}  # the shell's parameter tree
-  logits, state = built.module.apply(variables, tokens, mask, mutable=["intermediates"])
+  logits, state = jax.jit(lambda v: built.module.apply(v, tokens, mask, mutable=["intermediates"]))(variables)
   assert logits.shape == (B, 3) and np.all(np.isfinite(logits))
 
 
