@@ -504,7 +504,7 @@ X = np.zeros((B, N, D), np.float32)
 @pytest.mark.parametrize(
   "kwargs,inputs,call_kwargs,match",
   [
-    (dict(), X[0], {}, "inputs_q"),
+    (dict(), X[0, 0], {}, "inputs_q"),
     (dict(num_heads=3), X, {}, "qkv_features"),
     (dict(data_dependent=False, qkv_features=10, num_heads=4), X, {}, "qkv_features"),
     (dict(qkv_features=8), X, {}, "qkv_features"),  # data-dependent needs qkv_features == width
