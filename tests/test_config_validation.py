@@ -147,6 +147,23 @@ CASES = [  # (config, key, value, expected fragment of the refusal)
   ),  # fmt: skip
   ("lm:smoke", "model.attention.primal", None, "--config.model.attention.primal: its options must be a mapping"),
   ("lm:smoke", "mesh_shape", 5, "--config.mesh_shape: mesh_shape must be a list of integers >= 1"),
+  ("lm:smoke", "data.seq_len", 0, "--config.data.seq_len: data.seq_len must be an integer >= 1, got 0"),
+  ("lm:smoke", "data.source", "nope", "--config.data.source: data.source must be one of file, gensim_enwiki, got"),
+  ("lm:smoke", "data.source", "file", "--config.data.path: data.path must be the path of a text file"),
+  ("lra:smoke", "data.num_train", 0, "--config.data.num_train: data.num_train must be an integer >= 1, got 0"),
+  (
+    "lra:smoke",
+    "data.min_length",
+    500,
+    "--config.data.max_length: data.max_length must be >= data.min_length + 2 "
+    "= 502 (kept lengths lie strictly between them), got 200",
+  ),  # fmt: skip
+  (
+    "lra:task=pathfinder,smoke",
+    "data.difficulty",
+    "expert",
+    "--config.data.difficulty: data.difficulty must be one of easy, intermediate, hard, got 'expert'",
+  ),  # fmt: skip
   ("lm:smoke", "ksvd.eta", float("nan"), "--config.ksvd.eta: ksvd.eta must be a finite number >= 0, got nan"),
   (
     "lm:smoke",

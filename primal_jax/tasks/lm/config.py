@@ -38,6 +38,22 @@ import ml_collections
 
 from primal_jax.models.config import STACKS, model_layers
 from primal_jax.tasks.common import base_config, check_model_arg, optimizer, parse_config_arg, run_controls
+from primal_jax.tasks.lm.text_bytes import SOURCES
+from primal_jax.training.config_schema import register_data_fields
+from primal_jax.training.config_schema.rules import TEXT, integer, one_of
+
+
+def _text_bytes_checks(config) -> list[str]:
+  data = config.data
+  if data.get("source") == "file" and not data.get("path"):
+    return ["--config.data.path: data.path must be the path of a text file with data.source='file', got ''"]
+  return []
+
+
+# The text_bytes pipeline's own keys, checked by the one validation pass before anything is written.
+register_data_fields(
+  "text_bytes", {"data.source": one_of(SOURCES), "data.seq_len": integer(1), "data.path": TEXT}, _text_bytes_checks
+)
 
 # The options the config gives a mechanism whose decoding needs one (checked with `model=`): cosFormer's horizon,
 # the re-weighting's length scale, is the window (set to data.seq_len below; any positive value decodes).

@@ -59,6 +59,38 @@ import ml_collections
 
 from primal_jax.models.config import STACKS, model_layers
 from primal_jax.tasks.common import base_config, optimizer, parse_config_arg, run_controls
+from primal_jax.tasks.lra.pathfinder.geometry import LEVELS
+from primal_jax.training.config_schema import register_data_fields
+from primal_jax.training.config_schema.rules import Rule, integer, one_of
+
+
+def _listops_checks(config) -> list[str]:
+  low, high = config.data.get("min_length"), config.data.get("max_length")
+  if isinstance(low, int) and isinstance(high, int) and high < low + 2:
+    return [
+      f"--config.data.max_length: data.max_length must be >= data.min_length + 2 = {low + 2} (kept lengths lie "
+      f"strictly between them), got {high}"
+    ]
+  return []
+
+
+# The LRA pipelines' own keys, checked by the one validation pass before anything is written.
+_SIZES = {"data.num_train": integer(1), "data.num_validation": integer(0), "data.num_test": integer(0)}
+register_data_fields(
+  "listops",
+  {**_SIZES, "data.min_length": integer(0), "data.max_length": integer(2), "data.data_seed": integer(0)},
+  _listops_checks,
+)
+register_data_fields(
+  "pathfinder",
+  {
+    **_SIZES,
+    "data.difficulty": one_of(LEVELS),
+    "data.contour_length": Rule("an integer >= 0 (0: the level's own)", integer(0)),
+    "data.num_distractors": Rule("an integer >= -1 (-1: the level's own)", integer(-1)),
+    "data.seq_len": Rule("0 or 1024 (Pathfinder-32's tokens per image)", lambda v: v in (0, 1024)),
+  },
+)
 
 # Per task: data pipeline, padded length, release vocabulary, training schedule.
 TASKS = {

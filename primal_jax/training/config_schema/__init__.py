@@ -7,11 +7,12 @@ recording it, no `metrics.jsonl`, no `checkpoints/`, and the corrected rerun sta
 
 The schema is declarative: `FIELDS` maps each dotted key the training code reads to the `Rule` of what it
 accepts (`rules`: integers and finite numbers within bounds, dropout rates in [0, 1), choices read from the
-registries when checked) and whether every config must have it. A key the schema does not list (a family's own
-data options, a user's own fields) is the family's to check when its pipeline is built. What one key cannot
-say is checked after the keys: a run needs steps (`total_steps` or `num_epochs`), the warm-up fits in them,
-the heads divide the width, and the attention layers are checked against the registry's metadata and each
-mechanism's own `validate` (`model.attention_problems`).
+registries when checked) and whether every config must have it. A data task's own keys are the rules its
+family's config module registers (`register_data_fields`: `text_bytes`, `listops`, `pathfinder` so far); a key
+no rule names (another family's data options, a user's own fields) is checked when its pipeline is built. What
+one key cannot say is checked after the keys: a run needs steps (`total_steps` or `num_epochs`), the warm-up
+fits in them, the heads divide the width, and the attention layers are checked against the registry's metadata
+and each mechanism's own `validate` (`model.attention_problems`).
 
 Why a table of rules and not pydantic or jsonschema: neither is a dependency of the package (pydantic reaches
 this venv only through typer), the configs are open (each family has its own `data` keys, a user's config file
@@ -22,7 +23,7 @@ ml_collections does the rest: a locked ConfigDict refuses an unknown key and an 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from primal_jax.data.registry import TASKS
@@ -49,7 +50,7 @@ from primal_jax.training.evaluation import TEST_EVALS
 from primal_jax.training.objectives import METRIC_MODES, OBJECTIVES
 from primal_jax.training.optimizers import OPTIMIZERS, SCHEDULES
 
-__all__ = ["FIELDS", "Field", "check_config", "problems"]
+__all__ = ["DATA_FIELDS", "FIELDS", "Field", "check_config", "problems", "register_data_fields"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +137,21 @@ FIELDS: Mapping[str, Field] = {
   "optimizer.weight_decay": _required(number(0)),
   "optimizer.grad_clip_norm": _required(Rule("a finite number >= 0 (0: no clipping)", lambda v: number(0)(v))),
 }
+# data.task -> {dotted key: Rule} of that task's own data keys, and its cross-field check (config -> refusals):
+# registered by the family's config module (`register_data_fields`), which knows its pipeline's choices.
+DATA_FIELDS: dict[str, dict[str, Rule]] = {}
+DATA_CHECKS: dict[str, Callable[[Any], list[str]]] = {}
 _ABSENT = object()
+
+
+def register_data_fields(
+  task: str, fields: Mapping[str, Rule], check: Callable[[Any], list[str]] | None = None
+) -> None:
+  """Adds the rules of data task `task`'s own keys (checked when present and `data.task == task`), and a check
+  of what one key cannot say (a function of the config returning its refusals, one line each)."""
+  DATA_FIELDS[task] = dict(fields)
+  if check is not None:
+    DATA_CHECKS[task] = check
 
 
 def _value(config, key: str) -> Any:
@@ -195,9 +210,14 @@ def problems(config) -> list[str]:
     value = _plain(value)
     if not field.rule(value):
       out.append(refusal(key, value, field.rule.describe()))
+  task = get_dotted(config, "data.task")
+  for key, rule in DATA_FIELDS.get(task, {}).items():
+    if (value := _value(config, key)) is not _ABSENT and not rule(_plain(value)):
+      out.append(refusal(key, _plain(value), rule.describe()))
   if out:
     return out
-  return _cross_problems(config) + attention_problems(config)
+  out += DATA_CHECKS[task](config) if task in DATA_CHECKS else []
+  return out + _cross_problems(config) + attention_problems(config)
 
 
 def check_config(config) -> None:
