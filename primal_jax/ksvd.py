@@ -208,10 +208,12 @@ def collect_terms(collection) -> list[KSVDTerms]:
   """All `KSVDTerms` in a (nested) `ksvd` collection, one per layer, in module-path order.
 
   Terms stacked by `nn.scan` (or `nn.vmap`) over layers are split into their layers (`unstack_terms`),
-  so a scanned stack gives the same list as the unscanned one.
+  so a scanned stack gives the same list as the unscanned one. Empty terms (every field None: an NNX layer
+  not called yet, `primal_jax.nnx.ksvd.EMPTY_TERMS`) are no layer.
   """
   leaves = jax.tree_util.tree_leaves(collection, is_leaf=lambda x: isinstance(x, KSVDTerms))
-  return [layer for leaf in leaves if isinstance(leaf, KSVDTerms) for layer in unstack_terms(leaf)]
+  full = [leaf for leaf in leaves if isinstance(leaf, KSVDTerms) and leaf.count is not None]
+  return [layer for leaf in full for layer in unstack_terms(leaf)]
 
 
 def _as_terms(layers) -> list[KSVDTerms]:

@@ -10,6 +10,8 @@ index of their leading axes (`primal_jax.ksvd.unstack_terms`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from flax import nnx
 
 from primal_jax import ksvd as _ksvd
@@ -17,7 +19,17 @@ from primal_jax.ksvd import RELEASE_SEQUENCE, KSVDSpec, KSVDTerms
 
 
 class KSVDVariable(nnx.Variable):
-  """Holds one Primal layer's `KSVDTerms` (of its last full-sequence call): the NNX `ksvd` collection."""
+  """Holds one Primal layer's `KSVDTerms` (of its last full-sequence call): the NNX `ksvd` collection.
+
+  A layer that keeps terms has it from construction, holding `EMPTY_TERMS` until its first full-sequence call:
+  so a fresh module has every Variable a called one has, and a checkpoint of a called model (terms and all)
+  restores into a fresh `nnx.eval_shape` of it (orbax restores the target's structure, the empty fields skip
+  the batch-shaped terms, which are per-call values, not state to restore).
+  """
+
+
+# "No terms yet": every field None (no leaves, so no shapes that depend on a batch).
+EMPTY_TERMS = KSVDTerms(*[None] * len(dataclasses.fields(KSVDTerms)))
 
 
 NO_TERMS = (
@@ -31,7 +43,7 @@ def layer_terms(state) -> list[KSVDTerms]:
   """One `KSVDTerms` per Primal layer, in path order, from a model, a state or a list of terms."""
   if isinstance(state, nnx.Module):
     state = nnx.state(state, KSVDVariable)
-  return _ksvd.collect_terms(state)
+  return _ksvd.collect_terms(state)  # EMPTY_TERMS (a layer not called yet) counts as no layer
 
 
 def ksvd_loss_per_sample(state, spec: KSVDSpec | str = RELEASE_SEQUENCE, *, allow_empty: bool = False):

@@ -19,6 +19,7 @@ rotations="per_call": the "redraw" stream) come from `nnx.Rngs` like the dropout
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -30,31 +31,16 @@ from flax import nnx
 from primal_jax.attention.baselines.common import RANDOM_STATE_COLLECTION
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.ksvd import KSVD_COLLECTION, collect_terms
-from primal_jax.nnx.ksvd import KSVDVariable
-from primal_jax.nnx.trees import assign, to_tree, to_variables
+from primal_jax.nnx.arguments import FLAX_DEFAULTS, forwarded_fields, has_stream, plain_init, variable_metadata
+from primal_jax.nnx.ksvd import EMPTY_TERMS, KSVDVariable
+from primal_jax.nnx.trees import assign, flat_sown, to_tree, to_variables
+from primal_jax.validation import check_rate
 
-# nnx.MultiHeadAttention arguments without a counterpart in the shell, and the value each may take.
-UNSUPPORTED = MappingProxyType(
-  {
-    "attention_fn": None,
-    "normalize_qk": False,
-    "out_kernel_init": None,
-    "out_bias_init": None,
-    "qkv_promote_dtype": None,
-    "out_promote_dtype": None,
-    "ln_promote_dtype": None,
-    "qkv_dot_general": None,
-    "out_dot_general": None,
-    "qkv_dot_general_cls": None,
-    "out_dot_general_cls": None,
-    "query_ln_scale_metadata": None,
-    "key_ln_scale_metadata": None,
-  }
-)
 # Linen fields the NNX constructor sets from its own arguments (the rest are the mechanism's options).
 SHELL_ARGS = frozenset(
   {"num_heads", "qkv_features", "out_features", "dtype", "param_dtype", "broadcast_dropout", "dropout_rate"}
   | {"deterministic", "precision", "kernel_init", "bias_init", "use_bias", "decode", "causal", "parent", "name"}
+  | {"num_kv_heads", *FLAX_DEFAULTS}
 )
 PROJECTIONS = ("query", "key", "value")
 
@@ -115,38 +101,65 @@ class Attention(nnx.Module):
     deterministic: bool | None = None,
     precision: Any = None,
     kernel_init: Any = None,
+    out_kernel_init: Any = None,
     bias_init: Any = None,
+    out_bias_init: Any = None,
     use_bias: bool = True,
+    attention_fn: Any = FLAX_DEFAULTS["attention_fn"],
     decode: bool | None = None,
+    normalize_qk: bool = False,
+    qkv_promote_dtype: Any = FLAX_DEFAULTS["qkv_promote_dtype"],
+    out_promote_dtype: Any = FLAX_DEFAULTS["out_promote_dtype"],
+    ln_promote_dtype: Any = FLAX_DEFAULTS["ln_promote_dtype"],
+    qkv_dot_general: Any = None,
+    out_dot_general: Any = None,
+    qkv_dot_general_cls: Any = None,
+    out_dot_general_cls: Any = None,
     rngs: nnx.Rngs,
     keep_rngs: bool = True,
     kernel_metadata: Mapping[str, Any] = MappingProxyType({}),
     out_kernel_metadata: Mapping[str, Any] = MappingProxyType({}),
     bias_metadata: Mapping[str, Any] = MappingProxyType({}),
     out_bias_metadata: Mapping[str, Any] = MappingProxyType({}),
+    query_ln_scale_metadata: Mapping[str, Any] = MappingProxyType({}),
+    key_ln_scale_metadata: Mapping[str, Any] = MappingProxyType({}),
     causal: bool = False,
     random_state: Mapping[str, Any] | None = None,
     init_length: int | None = None,
     **options: Any,
   ):
     name = type(self).__name__
-    for key, allowed in UNSUPPORTED.items():
-      if key in options and options.pop(key) is not allowed:
-        raise ValueError(f"{name}: nnx.MultiHeadAttention's {key} is not supported (accepted: {allowed!r} only)")
-    if num_kv_heads is not None and num_kv_heads != num_heads:
-      raise ValueError(f"{name}: num_kv_heads must equal num_heads ({num_heads}), got {num_kv_heads}")
+    check_rate(dropout_rate, "dropout_rate")
     accepted = sorted({f.name for f in dataclasses.fields(self.linen_class)} - SHELL_ARGS)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
       raise ValueError(f"{name}: {unknown[0]!r} is not an option of this attention; accepted: {', '.join(accepted)}")
+    flax_args = dict(
+      out_kernel_init=out_kernel_init,
+      out_bias_init=out_bias_init,
+      attention_fn=attention_fn,
+      normalize_qk=normalize_qk,
+      qkv_promote_dtype=qkv_promote_dtype,
+      out_promote_dtype=out_promote_dtype,
+      ln_promote_dtype=ln_promote_dtype,
+      qkv_dot_general=qkv_dot_general,
+      out_dot_general=out_dot_general,
+      qkv_dot_general_cls=qkv_dot_general_cls,
+      out_dot_general_cls=out_dot_general_cls,
+    )
+    forwarded = forwarded_fields(name, self.linen_class, num_heads, num_kv_heads, flax_args)
     self.num_heads, self.in_features = num_heads, in_features
+    self.num_kv_heads = num_kv_heads if num_kv_heads is not None else num_heads
     self.in_kv_features = in_kv_features if in_kv_features is not None else in_features
     self.qkv_features = qkv_features if qkv_features is not None else in_features
     self.out_features = out_features if out_features is not None else in_features
     self.dtype, self.param_dtype, self.dropout_rate = dtype, param_dtype, dropout_rate
     self.deterministic, self.decode, self.causal = deterministic, decode, causal
     wrapped: dict[str, dict] = {}  # metadata that nnx.with_partitioning-style initialisers attach
-    kernel_init, bias_init = _plain(kernel_init, wrapped, "kernel"), _plain(bias_init, wrapped, "bias")
+    kernel_init, bias_init = plain_init(kernel_init, wrapped, "kernel"), plain_init(bias_init, wrapped, "bias")
+    for key in ("out_kernel_init", "out_bias_init"):
+      if key in forwarded:
+        forwarded[key] = plain_init(forwarded[key], wrapped, key.removesuffix("_init"))
     fields = dict(
       num_heads=num_heads,
       qkv_features=qkv_features,
@@ -159,22 +172,18 @@ class Attention(nnx.Module):
       kernel_init=kernel_init,
       bias_init=bias_init,
       use_bias=use_bias,
+      **forwarded,
       **options,
     )
+    if "partition_params" in {f.name for f in dataclasses.fields(self.linen_class)}:
+      fields["partition_params"] = True  # the logical axis names, kept as the Params' out_sharding metadata
     self.linen_fields = tuple(sorted(fields.items()))  # static: the Linen layer is rebuilt from them per call
     self.linen_layer()  # the dataclass checks its fields
-    variables = self._init_variables(rngs.params(), init_length)
-    metadata = {"kernel": kernel_metadata, "bias": bias_metadata}
-    out_metadata = {"kernel": out_kernel_metadata or kernel_metadata, "bias": out_bias_metadata or bias_metadata}
-
-    def override(path, found):
-      extra = {}
-      if len(path) == 2 and path[0] in PROJECTIONS:
-        extra = {**wrapped.get(path[1], {}), **metadata.get(path[1], {})}
-      elif len(path) == 2 and path[0] == "out":
-        extra = {**wrapped.get(path[1], {}), **out_metadata.get(path[1], {})}
-      return {**found, **extra}
-
+    variables, keeps_terms = self._init_variables(rngs.params(), init_length)
+    ln_scale = {"query_ln": query_ln_scale_metadata, "key_ln": key_ln_scale_metadata}
+    override = variable_metadata(
+      wrapped, kernel_metadata, bias_metadata, out_kernel_metadata, out_bias_metadata, ln_scale
+    )
     params = to_variables(variables["params"], nnx.Param, override)
     self.param_names = tuple(params.keys())
     for key in self.param_names:
@@ -183,9 +192,11 @@ class Attention(nnx.Module):
       setattr(self, key, params[key])
     self.rngs = rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else None
     streams = self.linen_layer().rng_streams()
-    self.stream_rngs = nnx.Dict({s: rngs[s].fork() for s in streams if _has_stream(rngs, s)}) if keep_rngs else None
+    self.stream_rngs = nnx.Dict({s: rngs[s].fork() for s in streams if has_stream(rngs, s)}) if keep_rngs else None
     self.cache: nnx.Dict | None = nnx.data(None)
     self.random_state: nnx.Dict | None = nnx.data(None)
+    if keeps_terms:  # a fresh layer holds every Variable a called one does (orbax restores into it)
+      self.ksvd = KSVDVariable(EMPTY_TERMS)
     if random_state is not None:
       self.set_random_state(random_state)
 
@@ -197,7 +208,8 @@ class Attention(nnx.Module):
     """The (unbound) Linen layer this NNX layer applies: the same class, options and weights layout."""
     return self.linen_class(**dict(self.linen_fields), causal=causal, decode=decode)
 
-  def _init_variables(self, key: jax.Array, init_length: int | None) -> dict:
+  def _init_variables(self, key: jax.Array, init_length: int | None) -> tuple[dict, bool]:
+    """(the Linen layer's initial variables, whether its full-sequence calls keep KSVD terms)."""
     lengths = [init_length] if init_length is not None else self._probe_lengths()
     errors = []
     for length in lengths:
@@ -205,9 +217,14 @@ class Attention(nnx.Module):
       k = None if self.in_kv_features == self.in_features else jnp.zeros((1, length, self.in_kv_features))
       try:
         layer = self.linen_layer(causal=self.causal)  # a causal-only form (the release's RL Flowformer) too
-        return layer.init({"params": key, "dropout": key}, q, k, deterministic=True)
+        variables = layer.init({"params": key, "dropout": key}, q, k, deterministic=True)
       except ValueError as err:
         errors.append(err)
+        continue
+      keys = {stream: key for stream in ("dropout", *layer.rng_streams())}
+      apply = functools.partial(layer.apply, deterministic=True, rngs=keys, mutable=[KSVD_COLLECTION])
+      _, found = jax.eval_shape(apply, variables, q, k)
+      return variables, bool(collect_terms(found.get(KSVD_COLLECTION, {})))
     raise errors[0]
 
   def _probe_lengths(self) -> list[int]:
@@ -230,6 +247,8 @@ class Attention(nnx.Module):
     sow_weights: bool = False,
     decode: bool | None = None,
     is_causal: bool | None = None,
+    out_sharding: Any = None,
+    qkv_sharding: Any = None,
   ) -> jax.Array:
     """Applies the attention, as `nnx.MultiHeadAttention.__call__`.
 
@@ -246,10 +265,15 @@ class Attention(nnx.Module):
         scores) as `nnx.Intermediate`s.
       decode: decode from the cache `init_cache` made (default: the attribute); the layer is causal then.
       is_causal: causal attention (default: the constructor's `causal`); refused by non-causal mechanisms.
+      out_sharding, qkv_sharding: nnx's sharding of the output / projections under an explicit-axes mesh;
+        only None (the Linen layer's projections take no sharding argument; reshard the output instead).
     Returns:
       [B, N, out_features]. A full-sequence call of a Primal layer also replaces `self.ksvd`.
     """
     name = type(self).__name__
+    for key, value in (("out_sharding", out_sharding), ("qkv_sharding", qkv_sharding)):
+      if value is not None:
+        raise ValueError(f"{name}: {key}={value!r} is not supported (accepted: None; reshard the output instead)")
     if inputs_k is None and inputs_v is not None:
       raise ValueError(f"{name}: inputs_k cannot be None when inputs_v is given (pass inputs_k)")
     if inputs_q.shape[-1] != self.in_features:
@@ -291,7 +315,7 @@ class Attention(nnx.Module):
         self.ksvd.set_value(terms[0])  # replaced, never appended
       else:
         self.ksvd = KSVDVariable(terms[0])
-    for path, values in _flat_sown(updates.get("intermediates", {})):
+    for path, values in flat_sown(updates.get("intermediates", {})):
       for value in values:
         self.sow(nnx.Intermediate, "_".join(path), value)
     return out
@@ -299,7 +323,7 @@ class Attention(nnx.Module):
   def _stream_keys(self, layer: AttentionShell, rngs) -> dict[str, jax.Array]:
     keys = {}
     for stream in layer.rng_streams():
-      if isinstance(rngs, nnx.Rngs) and _has_stream(rngs, stream):
+      if isinstance(rngs, nnx.Rngs) and has_stream(rngs, stream):
         keys[stream] = rngs[stream]()
       elif self.stream_rngs is not None and stream in self.stream_rngs:
         keys[stream] = self.stream_rngs[stream]()
@@ -348,37 +372,3 @@ class Attention(nnx.Module):
           raise TypeError("'batch_size' and 'max_length' must be provided when initializing the cache")
         batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
         self.init_cache((*batch, max_length, self.in_features), self.dtype or jnp.float32)
-
-
-def _has_stream(rngs: nnx.Rngs, name: str) -> bool:
-  """Whether `rngs[name]` gives keys (the stream itself or nnx's "default" fallback)."""
-  try:
-    rngs[name]
-  except KeyError:
-    return False
-  return True
-
-
-def _plain(init, found: dict, key: str):
-  """`init` returning plain arrays: metadata an `nnx.with_partitioning` / `nnx.with_metadata` initialiser
-  attaches is kept in `found[key]` (and given to the projections' Variables, as nnx.MultiHeadAttention does)."""
-  if init is None:
-    return None
-
-  def plain(*args, **kwargs):
-    value = init(*args, **kwargs)
-    if isinstance(value, nnx.VariableMetadata):
-      found[key] = dict(value.metadata)
-      return value.raw_value
-    return value
-
-  return plain
-
-
-def _flat_sown(tree, prefix=()):
-  """(path, tuple of sown values) of a Linen `intermediates` collection."""
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      yield from _flat_sown(value, (*prefix, key))
-    else:
-      yield (*prefix, key), value

@@ -86,3 +86,12 @@ def _flat(node, prefix=()) -> dict[tuple[str, ...], Any]:
   for key, sub in _items(node):
     out.update(_flat(sub, (*prefix, key)))
   return out
+
+
+def flat_sown(tree, prefix=()):
+  """(path, tuple of sown values) of a Linen `intermediates` collection."""
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      yield from flat_sown(value, (*prefix, key))
+    else:
+      yield (*prefix, key), value
