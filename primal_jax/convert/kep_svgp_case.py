@@ -1,7 +1,7 @@
 """KEP-SVGP golden cases (shared/reference/kep_svgp) rebuilt with `KEPSVGPAttention` in its release form.
 
 Every shape and option is read from the case (`<case>.json` config, state_dict shapes), and the posterior noise the
-official forward drew (`noise/eps_layer<l>`) is fed through the layer's `posterior_noise` collection. Outputs: the
+official forward drew (`noise/eps_layer<l>`) is fed through the layer's `random_state` collection. Outputs: the
 layer's, the intermediates, the KL terms, the `compute_loss` terms and the gradient of each loss w.r.t. the input
 and every parameter, in the release's state_dict names (parameters the release never uses, `proj.*`, get zeros).
 """

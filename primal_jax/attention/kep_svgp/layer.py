@@ -144,7 +144,8 @@ class KEPSVGPAttention(AttentionShell):
     return n if self.embed_len is None else min(n, self.embed_len)
 
   def rng_streams(self) -> tuple[str, ...]:
-    return (NOISE_STREAM,)
+    """The "posterior" stream, unless the layer never samples (`sample_posterior=False`)."""
+    return (NOISE_STREAM,) if self.sample_posterior else ()
 
   def validate(self):
     check_positive(self.low_rank, "low_rank")
@@ -158,7 +159,7 @@ class KEPSVGPAttention(AttentionShell):
       raise ValueError(f"eval_samples must be an integer >= 0 (0 = posterior mean), got {self.eval_samples!r}")
 
   def _noise(self, shape, samples: int, dtype):
-    """[S, *shape] standard normal: the fixed `posterior_noise` input if given, else the "posterior" stream."""
+    """[S, *shape] standard normal: the fixed noise (`random_state` "eps") if given, else the "posterior" stream."""
     full = (samples, *shape)
     if self.has_variable(NOISE_COLLECTION, "eps"):
       eps = jnp.asarray(self.get_variable(NOISE_COLLECTION, "eps"))
