@@ -86,7 +86,7 @@ def test_left_padding_is_finite_and_leaves_real_outputs_alone(name, kwargs):
   def loss(p, inputs):
     return jnp.sum(jnp.where(pad[..., None], module.apply({"params": p}, inputs, mask=pad), 0.0) ** 2)
 
-  grads = jax.grad(loss, argnums=(0, 1))(params, x)
+  grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(params, x)  # one compilation (eager: one per op)
   assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads)), name
   out = np.asarray(module.apply({"params": params}, x, mask=pad))
   assert np.all(np.isfinite(out))
@@ -110,7 +110,7 @@ def test_decoding_equals_the_full_forward(name, kwargs, chunks, padded):
   pad = padding_mask(3, B, N) if padded else None
   params = random_params(full, x, mask=pad)
   want = np.asarray(full.apply({"params": params}, x, mask=pad))
-  cache = dec.init(jax.random.key(0), x[:, :1])["cache"]
+  cache = jax.jit(lambda x_1: dec.init(jax.random.key(0), x_1)["cache"])(x[:, :1])  # no parameter initialisers
   outs, start = [], 0
   for size in chunks:
     m = None if pad is None else jnp.asarray(pad[:, start : start + size])
