@@ -157,7 +157,7 @@ LAYERS: dict[str, set[str]] = {
   "training": {"root", "attention", "models", "data", "launch"},
   "tasks": {"root", "attention", "models", "data", "training", "launch"},
   "cli": {"root", "attention", "models", "data", "training", "tasks", "launch"},
-  "convert": {"root", "attention", "models", "nnx", "data", "training"},
+  "convert": {"root", "attention", "models", "nnx", "data", "training", "analysis"},  # verify checks its metrics
   "analysis": {"root", "attention", "models", "data", "training"},
 }
 

@@ -67,8 +67,8 @@ def test_sweep_plans_the_documented_runs():
   sweep = load_sweep("experiments/sweeps/d4rl.py")
   tables = [run.cell.table for run in sweep.runs]
   assert tables.count("hopper_medium") == 9 and tables.count("table4") == 10 and tables.count("table7") == 9
-  assert tables.count("table4_all") == 24
-  assert len(plan(sweep.runs)) == 49  # table 7's s = 96 runs are table4_all's Primal.+DT runs
+  assert tables.count("table4_all") == 27  # 7 mechanisms and the two learning-rate controls, 3 seeds
+  assert len(plan(sweep.runs)) == 52  # table 7's s = 96 runs are table4_all's Primal.+DT runs
   assert all(run.protocol == "rollouts" and ":" in run.config and "short" in run.config for run in sweep.runs)
   wide = [run for run in sweep.runs if run.cell.table in ("table4_all", "table7")]
   assert all(run.config.endswith(",short,wide") for run in wide)
