@@ -90,7 +90,8 @@ def test_leading_batch_axes_and_masks_as_flax(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_parameters_plain_unless_partitioned(name):
   """Plain arrays by default (as Flax's); every parameter boxed with the models' partitioned initialisers; a
-  user's partitioned kernel_init (lm1b's) is used as given, never boxed twice."""
+  user's partitioned kernel_init (lm1b's) is used as given, never boxed twice; partition_params=True (the NNX
+  layer's request) boxes as the partitioned initialisers do."""
   x = jnp.ones((B, N, D))
   plain = jax.eval_shape(layer(name).init, jax.random.key(0), x)["params"]
   assert not any(boxed(plain)), name
@@ -98,6 +99,10 @@ def test_parameters_plain_unless_partitioned(name):
   assert all(boxed(partitioned)), name
   assert partitioned["query"]["kernel"].names == ("embed", "heads", "kv")
   assert partitioned["out"]["kernel"].names == ("heads", "kv", "embed")
+  asked = jax.eval_shape(layer(name, partition_params=True).init, jax.random.key(0), x)["params"]
+  assert jax.tree.map(lambda b: b.names, asked, is_leaf=nn.meta.is_axis_metadata) == jax.tree.map(
+    lambda b: b.names, partitioned, is_leaf=nn.meta.is_axis_metadata
+  )
   lm1b = nn.with_logical_partitioning(nn.initializers.xavier_uniform(), ("embed", "kv"))
   user = jax.eval_shape(layer(name, kernel_init=lm1b).init, jax.random.key(0), x)["params"]
   assert user["query"]["kernel"].names == ("embed", "kv")  # the user's box, once

@@ -70,6 +70,8 @@ class AttentionShell(nn.Module):
     normalize_qk: LayerNorm (no bias) of the projected queries and keys, as Flax ("query_ln", "key_ln").
     attention_fn, qk_attn_weights_einsum_cls, attn_weights_value_einsum_cls: the softmax core's hooks
       (None = the mechanism's own core); a mechanism without `softmax_hooks` refuses them.
+    partition_params: box every parameter with its logical axes even with plain initialisers (the NNX
+      layer sets it; Linen layers follow Flax: boxed only when an initialiser is).
     force_fp32_for_softmax: softmax weights in float32 (a mechanism without a softmax computes its
       features in at least float32 already, so accepts and ignores it).
 
@@ -110,6 +112,7 @@ class AttentionShell(nn.Module):
   qk_attn_weights_einsum_cls: Any = None
   attn_weights_value_einsum_cls: Any = None
   num_kv_heads: int | None = None
+  partition_params: bool = False
 
   projections: ClassVar[tuple[str, ...]] = ("query", "key", "value")
   supports_causal: ClassVar[bool] = True
@@ -152,7 +155,7 @@ class AttentionShell(nn.Module):
   def partitioned(self) -> bool:
     """Whether the caller's initialisers carry partitioning metadata: then every parameter is boxed."""
     inits = (self.kernel_init, self.bias_init, self.out_kernel_init, self.out_bias_init)
-    return any(is_boxed_init(init) for init in inits)
+    return self.partition_params or any(is_boxed_init(init) for init in inits)
 
   def logical(self, init, names: tuple[str | None, ...]):
     """`init` boxed with the logical axis `names` when the layer is partitioned and `init` is not boxed yet."""
