@@ -8,6 +8,7 @@ from attention_utils import normal
 from flax import linen as nn
 
 from primal_jax.attention import PrimalAttention
+from primal_jax.initializers import partitioned_attention_inits
 from primal_jax.ksvd import (
   PAPER,
   RELEASE_LRA,
@@ -19,7 +20,8 @@ from primal_jax.ksvd import (
 )
 
 B, N, D, H, L = 2, 8, 16, 2, 3
-LAYER = dict(num_heads=H, low_rank=3, num_samples=6)
+# Partitioned initialisers (as the project's models pass them): the parameters carry logical axis names.
+LAYER = dict(num_heads=H, low_rank=3, num_samples=6, **partitioned_attention_inits())
 
 
 class Block(nn.Module):
