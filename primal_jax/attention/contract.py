@@ -105,8 +105,8 @@ def flat_mask(mask, batch: tuple[int, ...], q_len: int, k_len: int):
     return mask.reshape(b, k_len)
   if mask.ndim > len(batch) + 3 or mask.ndim < 2:
     raise ValueError(
-      f"mask must broadcast to [batch_sizes..., heads, queries, keys] = {(*batch, 'H', q_len, k_len)} "
-      f"or be key padding {(*batch, k_len)}, got {tuple(mask.shape)}"
+      f"mask must have shape broadcasting to [batch_sizes..., heads, queries, keys] = "
+      f"{(*batch, 'H', q_len, k_len)} or key padding {(*batch, k_len)}, got {tuple(mask.shape)}"
     )
   mask = mask.reshape((1,) * (len(batch) + 3 - mask.ndim) + tuple(mask.shape))
   heads = mask.shape[-3]
@@ -114,8 +114,8 @@ def flat_mask(mask, batch: tuple[int, ...], q_len: int, k_len: int):
     mask = jnp.broadcast_to(mask, (*batch, heads, q_len, k_len))
   except ValueError:
     raise ValueError(
-      f"mask of shape {tuple(mask.shape)} does not broadcast to [batch_sizes..., heads, queries, keys] = "
-      f"{(*batch, heads, q_len, k_len)}"
+      f"mask must have shape broadcasting to [batch_sizes..., heads, queries, keys] = "
+      f"{(*batch, heads, q_len, k_len)}, got {tuple(mask.shape)}"
     ) from None
   return mask.reshape(b, heads, q_len, k_len)
 
