@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from nnx_cases import D, H, N, inputs, names, options
+from nnx_cases import D, H, N, decode_names, inputs, layer_pair, names, options
 
 import primal_jax.nnx as pnnx
 from primal_jax.nnx.arguments import FLAX_DEFAULTS
@@ -188,3 +188,47 @@ def test_keep_rngs_as_flax():
   np.testing.assert_array_equal(a, b)
   assert not np.allclose(a, dropped(x, deterministic=True))
   assert math.isfinite(float(jnp.sum(a)))
+
+
+# ---- decoding: another batch, or a chunk past the cache, is never silent ---------------------------------
+
+
+@pytest.fixture(scope="module", params=decode_names())
+def decoder(request):
+  layer, _, _ = layer_pair(request.param, causal=True)
+  return request.param, layer
+
+
+def test_decoding_another_batch_than_the_cache_is_refused(decoder):
+  name, layer = decoder
+  x = inputs()
+  layer.init_cache(x.shape)
+  with pytest.raises(ValueError, match=r"batch axes \(1,\), the cache holds \(2,\)"):
+    layer(x[:1, :1], decode=True)  # Flax refuses it; it used to broadcast against the batch-2 state
+
+
+def test_decoding_past_the_cache_is_refused_eagerly_and_nan_under_jit(decoder):
+  name, layer = decoder
+  x = inputs()
+  layer.init_cache((2, 2, D))
+  layer(x[:, :2], decode=True)
+  with pytest.raises(ValueError, match="past the cache's 2 positions"):
+    layer(x[:, 2:3], decode=True)
+  layer.init_cache((2, 2, D))
+  step = nnx.jit(lambda layer, t: layer(t, decode=True))
+  assert np.all(np.isfinite(step(layer, x[:, :1]))) and np.all(np.isfinite(step(layer, x[:, 1:2])))
+  assert np.all(np.isnan(step(layer, x[:, 2:3])))  # flagged, never silent numbers
+
+
+def test_cache_batch_leaf_follows_a_beam_gather_and_decoding_goes_on():
+  layer, _, _ = layer_pair("primal", causal=True)
+  x = inputs()
+  layer.init_cache(x.shape)
+  layer(x[:, :3], decode=True)
+  order = jnp.array([1, 1, 0])  # three beams from two sequences: every batch-leading cache leaf gathered
+  cache = nnx.state(layer, nnx.Cache)
+  nnx.update(layer, jax.tree.map(lambda v: v if v.ndim == 0 else v[order], cache))
+  assert layer.cache_batch.shape == (3,)
+  out = layer(x[order, 3:4], decode=True)
+  fresh, _, _ = layer_pair("primal", causal=True)
+  np.testing.assert_allclose(out, fresh(x[order, :4])[:, 3:], rtol=1e-5, atol=1e-5)

@@ -32,6 +32,7 @@ from primal_jax.attention.baselines.common import RANDOM_STATE_COLLECTION
 from primal_jax.attention.shell import AttentionShell
 from primal_jax.ksvd import KSVD_COLLECTION, collect_terms
 from primal_jax.nnx.arguments import FLAX_DEFAULTS, forwarded_fields, has_stream, plain_init, variable_metadata
+from primal_jax.nnx.decoding import past_cache_message, refuse_rows
 from primal_jax.nnx.ksvd import EMPTY_TERMS, KSVDVariable
 from primal_jax.nnx.trees import assign, flat_sown, to_tree, to_variables
 from primal_jax.validation import check_rate
@@ -194,6 +195,9 @@ class Attention(nnx.Module):
     streams = self.linen_layer().rng_streams()
     self.stream_rngs = nnx.Dict({s: rngs[s].fork() for s in streams if has_stream(rngs, s)}) if keep_rngs else None
     self.cache: nnx.Dict | None = nnx.data(None)
+    self.cache_batch: nnx.Cache | None = nnx.data(None)
+    self.cache_position: nnx.Cache | None = nnx.data(None)
+    self.cache_length = 0  # [batch...] zeros: the cache's batch axes, batch-leading
     self.random_state: nnx.Dict | None = nnx.data(None)
     if keeps_terms:  # a fresh layer holds every Variable a called one does (orbax restores into it)
       self.ksvd = KSVDVariable(EMPTY_TERMS)
@@ -292,7 +296,13 @@ class Attention(nnx.Module):
     if decode:
       if self.cache is None:
         raise ValueError(f"{name}: decode=True needs a cache: call init_cache(input_shape) first")
+      if self.cache_batch is not None and tuple(inputs_q.shape[:-2]) != self.cache_batch.shape:
+        raise ValueError(
+          f"{name}: decode inputs have batch axes {tuple(inputs_q.shape[:-2])}, the cache holds "
+          f"{self.cache_batch.shape} (decode that batch, or call init_cache for this one)"
+        )
       variables["cache"] = to_tree(self.cache)
+      ok = self._advance_position(inputs_q.shape[-2])
       mutable.append("cache")
     else:
       mutable.append(KSVD_COLLECTION)
@@ -309,6 +319,7 @@ class Attention(nnx.Module):
     )
     if decode:
       assign(self.cache, updates["cache"], f"{name} cache")
+      out = refuse_rows(out, ok, past_cache_message(name, self.cache_length))
     terms = collect_terms(updates.get(KSVD_COLLECTION, {}))
     if terms:
       if isinstance(getattr(self, "ksvd", None), KSVDVariable):
@@ -350,7 +361,9 @@ class Attention(nnx.Module):
     return False, stream()
 
   def init_cache(self, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> None:
-    """Creates the decoding state for inputs of `input_shape` = [batch, max_length, in_features] in `dtype`.
+    """Creates the decoding state for inputs of `input_shape` = [batch_sizes..., max_length, in_features] in `dtype`.
+
+    Decoding then takes inputs of exactly those batch axes (another batch is refused, as Flax refuses it).
 
     It is what the Linen layer keeps in its `cache` collection: a key/value cache for softmax layers,
     Primal-Attention's running sums (O(1) in max_length), ...; a mechanism without a decoding form, or
@@ -360,6 +373,18 @@ class Attention(nnx.Module):
     x = jnp.zeros(tuple(input_shape), dtype)
     _, created = layer.apply({"params": self.params_tree()}, x, deterministic=True, mutable=["cache"])
     self.cache = to_variables(created["cache"], nnx.Cache)
+    # A batch-leading leaf (beam searches gather and tile it with the rest of the cache) whose shape is the batch.
+    self.cache_batch = nnx.Cache(jnp.zeros(tuple(input_shape[:-2]), bool))
+    self.cache_length, self.cache_position = int(input_shape[-2]), nnx.Cache(jnp.zeros((), jnp.int32))
+
+  def _advance_position(self, chunk: int) -> jax.Array:
+    """Moves the decode position by `chunk`; whether the chunk fits in the cache's length (concrete: raises)."""
+    start = self.cache_position.get_value()
+    ok = start + chunk <= self.cache_length
+    if not isinstance(ok, jax.core.Tracer) and not ok:  # concrete: refused before anything is written
+      raise ValueError(past_cache_message(type(self).__name__, self.cache_length) + f" (at position {int(start)})")
+    self.cache_position.set_value(start + chunk)
+    return ok
 
   def set_view(self, deterministic=None, decode=None, batch_size=None, max_length=None):
     """For `nnx.view`, as `nnx.MultiHeadAttention.set_view` (a cache is created when decode=True needs one)."""
