@@ -125,7 +125,14 @@ PAPER = KSVDSpec("paper", "data", "per_sample", "sum")
 RELEASE_LRA = KSVDSpec("release", "params", "batch", "mean")
 RELEASE_SEQUENCE = KSVDSpec("release", "params", "per_sample", "mean")  # time series, RL, LM
 # The names configs use (`config.ksvd.spec`); every entry point below takes a name or a KSVDSpec.
-KSVD_SPECS = {"paper": PAPER, "release_lra": RELEASE_LRA, "release_sequence": RELEASE_SEQUENCE}
+# KEP-SVGP's release (`CIFAR/train.py compute_loss`; `primal_jax.attention.kep_svgp.KEP_KSVD_SPEC`).
+RELEASE_KEP = KSVDSpec(convention="release", trace="params", reduction="batch", layer_reduce="sum")
+KSVD_SPECS = {
+  "paper": PAPER,
+  "release_lra": RELEASE_LRA,
+  "release_sequence": RELEASE_SEQUENCE,
+  "release_kep": RELEASE_KEP,
+}
 
 
 def resolve_spec(spec: KSVDSpec | str, name: str = "spec") -> KSVDSpec:

@@ -42,7 +42,7 @@ SNAPSHOT = json.loads((ROOT / "tests" / "data" / "config_snapshots.json").read_t
 BAD = {
   "eta_negative": ("ksvd.eta=-0.5", "--config.ksvd.eta: ksvd.eta must be a finite number >= 0, got -0.5"),
   "spec": ("ksvd.spec=nope", "--config.ksvd.spec: ksvd.spec must be one of paper, release_lra, release_sequence, "
-           "got 'nope'"),  # fmt: skip
+           "release_kep, got 'nope'"),  # fmt: skip
   "low_rank": ("model.attention.primal.low_rank=0", "--config.model.attention.primal.low_rank: attention 'primal': "
                "low_rank must be an integer >= 1, got 0"),  # fmt: skip
   "batch_size": ("data.batch_size=0", "--config.data.batch_size: data.batch_size must be an integer >= 1, got 0"),

@@ -137,6 +137,7 @@ def test_selection_metrics_and_directions():
     "regression": ("mse", "min"),
     "next_token": ("bits_per_byte", "min"),
     "offline_rl": ("normalized_score", "max"),  # trained on the action MSE, selected on rollouts
+    "kep_svgp": ("accuracy", "max"),  # classification + the KL of KEP-SVGP layers
   }
   assert metric_mode("validation/accuracy") == "max" and metric_mode("test/bits_per_byte") == "min"
   assert metric_mode("validation/normalized_score") == "max"

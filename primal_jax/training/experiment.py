@@ -84,7 +84,7 @@ def build_experiment(config) -> Experiment:
     multihost_utils.sync_global_devices("primal_jax: input data prepared")
   pipeline = get_input_pipeline(config.data, process_index=jax.process_index(), process_count=jax.process_count())
   built = build_model(config.model, pipeline.info)
-  objective = get_objective(config.get("task") or built.task)
+  objective = get_objective(config.get("task") or built.task).configured(config, pipeline.info.split_sizes)
   total_steps = config.total_steps or config.num_epochs * pipeline.steps_per_epoch
   if total_steps <= 0:
     raise ValueError(f"total_steps must be > 0 (or num_epochs > 0), got {config.total_steps} / {config.num_epochs}")

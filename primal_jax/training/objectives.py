@@ -33,6 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from primal_jax.attention.kep_svgp import KL_COLLECTION, kl_loss
+from primal_jax.attention.kep_svgp.loss import elbo_kl_scale
 from primal_jax.registry import Registry
 
 # Whether a larger value of a metric is better: what "best" means for selection and checkpoint retention.
@@ -41,6 +43,7 @@ METRIC_MODES = types.MappingProxyType(
     "accuracy": "max",
     "loss": "min",
     "ksvd_loss": "min",
+    "kl_loss": "min",
     "mse": "min",
     "bits_per_byte": "min",
     "perplexity": "min",
@@ -97,6 +100,25 @@ class Objective:
   def metrics(self, sums: Mapping[str, float]) -> dict[str, float]:
     """The task's metrics from summed `Sums` (host floats, keyed "task_loss_sum", "count" and `Sums.metrics`)."""
     raise NotImplementedError
+
+  # Model collections besides `ksvd` that the steps make mutable and pass to `penalties` (e.g. KEP-SVGP's "kl").
+  collections: ClassVar[tuple[str, ...]] = ()
+  # The names `penalties` returns: recorded as train scalars and evaluation metrics, each unweighted.
+  penalty_names: ClassVar[tuple[str, ...]] = ()
+
+  def penalties(self, collections: Mapping) -> dict[str, tuple[jax.Array, float]]:
+    """name -> (value [], weight) of the loss terms read from the model's `collections` (the dict of the apply's
+    mutable collections); the steps add weight * value to the loss. None by default."""
+    del collections
+    return {}
+
+  def configured(self, config, split_sizes: Mapping[str, int]) -> Objective:
+    """This objective with its config keys applied (`build_experiment` calls it); itself by default, refusing a
+    `kl` section (KEP-SVGP's keys: it would be silently ignored)."""
+    del split_sizes
+    if config.get("kl"):
+      raise ValueError(f"config.kl (the KL's eta and scale) applies to task='kep_svgp' only, not task={self.name!r}")
+    return self
 
   @property
   def selection_mode(self) -> str:
@@ -213,6 +235,41 @@ class OfflineRL(Regression):
   selection_metric: ClassVar[str] = "normalized_score"
 
 
+KL_SCALES = ("none", "dataset")
+
+
+@dataclasses.dataclass(frozen=True)
+class KEPSVGP(Classification):
+  """KEP-SVGP's loss (Chen et al., ICML 2024, `CIFAR/train.py compute_loss`): classification cross-entropy +
+  eta_kl * kl_scale * KL, where KL sums the `kl` collection of the model's KEP-SVGP layers; the steps add
+  ksvd.eta * KSVD as for every model (the authors' KSVD term is `ksvd.spec="release_kep"`).
+
+  Config (`configured`): `kl.eta` (default 1.0, the authors'), `kl.scale` "none" (default, the authors':
+  the KL unscaled next to a per-example mean cross-entropy) or "dataset" (1 / the number of training examples:
+  the per-example evidence lower bound). A model without KEP-SVGP layers is refused at the first step.
+  """
+
+  eta_kl: float = 1.0
+  kl_scale: float = 1.0
+
+  name: ClassVar[str] = "kep_svgp"
+  collections: ClassVar[tuple[str, ...]] = (KL_COLLECTION,)
+  penalty_names: ClassVar[tuple[str, ...]] = ("kl_loss",)
+
+  def penalties(self, collections) -> dict[str, tuple[jax.Array, float]]:
+    return {"kl_loss": (kl_loss(collections.get(KL_COLLECTION, {})).astype(jnp.float32), self.eta_kl * self.kl_scale)}
+
+  def configured(self, config, split_sizes) -> KEPSVGP:
+    section = config.get("kl") or {}
+    eta, scale = section.get("eta", 1.0), section.get("scale", "none")
+    if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not math.isfinite(eta) or eta < 0:
+      raise ValueError(f"kl.eta must be a finite number >= 0, got {eta!r}")
+    if scale not in KL_SCALES:
+      raise ValueError(f"kl.scale must be one of {KL_SCALES}, got {scale!r}")
+    factor = 1.0 if scale == "none" else elbo_kl_scale(int(split_sizes["train"]))
+    return dataclasses.replace(self, eta_kl=float(eta), kl_scale=factor)
+
+
 def _check_objective(value) -> None:
   if not isinstance(value, Objective):
     raise ValueError(f"an objective must be an instance of primal_jax.training.objectives.Objective, got {value!r}")
@@ -222,7 +279,7 @@ def _check_objective(value) -> None:
 
 # config.task -> objective: a read-only Mapping; extend it with `register_objective`.
 OBJECTIVES: Registry[Objective] = Registry("objective", "task", _check_objective)
-for _cls in (Classification, Regression, NextToken, OfflineRL):
+for _cls in (Classification, Regression, NextToken, OfflineRL, KEPSVGP):
   OBJECTIVES.register(_cls.name, _cls(), builtin=True)
 
 

@@ -1,6 +1,7 @@
 """The jitted train and eval steps of any task (`objectives`) with the KSVD regulariser.
 
-Loss = the objective's weighted mean task loss + eta * KSVD loss (paper eq. 10). The KSVD loss is
+Loss = the objective's weighted mean task loss + eta * KSVD loss (paper eq. 10) + the objective's penalties
+(KEP-SVGP's eta_kl * kl_scale * KL, read from the collections the objective names). The KSVD loss is
 whatever the model sows in the `ksvd` collection (0 without Primal layers), averaged over the real
 examples of the batch: a row counts when any of its weights is non-zero, so padding rows (which keep
 the last batch of an epoch full-sized) drop out of both terms.
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from primal_jax.attention.baselines.common import REDRAW_RNG
+from primal_jax.attention.kep_svgp import KL_COLLECTION
 from primal_jax.ksvd import KSVD_COLLECTION, KSVDSpec, check_eta, ksvd_loss_per_sample, resolve_spec
 from primal_jax.models.registry import BuiltModel
 from primal_jax.training.objectives import Objective, get_objective
@@ -44,17 +46,19 @@ def example_weights(weight: jax.Array) -> jax.Array:
 
 
 # A layer may draw at every call besides dropout: Reformer's rotations="per_call" (the release's redraw) from the
-# REDRAW_RNG stream. Evaluation draws from a fixed key, so it is deterministic (the same rotations for every eval
-# batch of every evaluation).
+# REDRAW_RNG stream, KEP-SVGP's posterior noise from POSTERIOR_RNG. Evaluation draws from fixed keys, so it is
+# deterministic (the same rotations and posterior noise for every eval batch of every evaluation).
 EVAL_REDRAW_SEED = 0
+POSTERIOR_RNG = "posterior"  # `primal_jax.attention.kep_svgp.layer.NOISE_STREAM`
 
 
 def step_rngs(rng, train: bool) -> dict:
-  """The `rngs` of one batch's apply: dropout and the per-call redraw from the step key when training, a fixed
-  redraw key at evaluation."""
+  """The `rngs` of one batch's apply: dropout, the per-call redraw and the posterior noise from the step key when
+  training (the step key is the run's key folded with the step), fixed redraw and posterior keys at evaluation."""
   if train:
-    return {"dropout": rng, REDRAW_RNG: jax.random.fold_in(rng, 1)}
-  return {REDRAW_RNG: jax.random.PRNGKey(EVAL_REDRAW_SEED)}
+    return {"dropout": rng, REDRAW_RNG: jax.random.fold_in(rng, 1), POSTERIOR_RNG: jax.random.fold_in(rng, 2)}
+  eval_key = jax.random.PRNGKey(EVAL_REDRAW_SEED)
+  return {REDRAW_RNG: eval_key, POSTERIOR_RNG: jax.random.fold_in(eval_key, 2)}
 
 
 def batch_terms(
@@ -63,14 +67,23 @@ def batch_terms(
   """(terms, new model_state) of one batch; terms are [] float32.
 
   terms: "task_loss_sum", "count" and the objective's metric sums; "ksvd_loss", the example-weighted
-  mean KSVD loss; "examples", the number of real rows.
+  mean KSVD loss; "examples", the number of real rows; each of the objective's `penalty_names` (unweighted) and
+  "penalty_loss", their weighted sum.
   """
   variables = {"params": params, **model_state}
-  mutable = [KSVD_COLLECTION, *model_state.keys()] if train else [KSVD_COLLECTION]
+  # The `kl` collection is always collected, so a KEP-SVGP model under an objective that would drop its KL is
+  # refused below instead of training without it.
+  collections = list(dict.fromkeys([KSVD_COLLECTION, KL_COLLECTION, *objective.collections]))
+  mutable = [*collections, *model_state.keys()] if train else collections
   inputs = [batch[k] for k in built.input_keys]
   outputs, new_vars = built.module.apply(
     variables, *inputs, deterministic=not train, rngs=step_rngs(rng, train), mutable=mutable
   )
+  if new_vars.get(KL_COLLECTION) and KL_COLLECTION not in objective.collections:
+    raise ValueError(
+      f"task={objective.name!r} would drop the KL term of the model's KEP-SVGP layers: set task='kep_svgp' "
+      "(kl.eta=0 trains without it on purpose)"
+    )
   sums = objective.sums(outputs, batch)
   examples = example_weights(batch["weight"])  # [b]
   # allow_empty: any model trains here, one without Primal layers has no terms (and the step, not the
@@ -83,6 +96,9 @@ def batch_terms(
     "ksvd_loss": _weighted_mean(ksvd, examples) if ksvd.ndim else ksvd,
     "examples": jnp.sum(examples),
   }
+  penalties = objective.penalties(new_vars)
+  terms.update({name: value for name, (value, _) in penalties.items()})
+  terms["penalty_loss"] = sum((weight * value for value, weight in penalties.values()), jnp.zeros((), jnp.float32))
   new_state = {k: new_vars[k] for k in model_state} if train else model_state
   return terms, new_state
 
@@ -113,14 +129,14 @@ def make_train_step(
         built, objective, params, state.model_state, batch, rng, spec=spec, train=True
       )  # fmt: skip
       task = terms["task_loss_sum"] / jnp.maximum(terms["count"], 1.0)
-      return task + eta * terms["ksvd_loss"], (terms, model_state)
+      return task + eta * terms["ksvd_loss"] + terms["penalty_loss"], (terms, model_state)
 
     (loss, (terms, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     scalars = {
       "loss": loss,
-      **{k: v for k, v in terms.items() if k != "examples"},
+      **{k: v for k, v in terms.items() if k not in ("examples", "penalty_loss")},
       "grad_norm": optax.tree.norm(grads),
       "param_norm": optax.tree.norm(params),
       "learning_rate": jnp.asarray(schedule(state.step), jnp.float32),
@@ -143,7 +159,11 @@ def make_eval_step(built: BuiltModel, *, eta: float, spec: KSVDSpec, objective: 
   def eval_step(state: TrainState, batch) -> dict:
     terms, _ = batch_terms(built, objective, state.params, state.model_state, batch, None, spec=spec, train=False)
     ksvd_mean = terms.pop("ksvd_loss")
-    return {**terms, "ksvd_loss_sum": ksvd_mean * terms["examples"]}
+    del terms["penalty_loss"]
+    # A penalty is a function of the parameters (one value per batch): weighted by the batch's examples, so the
+    # split's sum over batches divided by its examples is the value again.
+    penalties = {f"{name}_sum": terms.pop(name) * terms["examples"] for name in objective.penalty_names}
+    return {**terms, "ksvd_loss_sum": ksvd_mean * terms["examples"], **penalties}
 
   return eval_step
 
@@ -155,6 +175,7 @@ def train_scalars(objective: Objective, fetched: Mapping[str, float]) -> dict[st
     "loss": sums["loss"],
     "task_loss": sums["task_loss_sum"] / max(sums["count"], 1.0),
     "ksvd_loss": sums["ksvd_loss"],
+    **{name: sums[name] for name in objective.penalty_names},
     **objective.metrics(sums),
     **{k: sums[k] for k in _STEP_SCALARS},
   }
@@ -167,5 +188,6 @@ def eval_metrics(objective: Objective, sums: Mapping[str, float]) -> dict[str, f
     **objective.metrics(sums),
     "loss": sums["task_loss_sum"] / max(sums["count"], 1.0),
     "ksvd_loss": sums["ksvd_loss_sum"] / max(sums["examples"], 1.0),
+    **{name: sums[f"{name}_sum"] / max(sums["examples"], 1.0) for name in objective.penalty_names},
     "count": sums["count"],
   }

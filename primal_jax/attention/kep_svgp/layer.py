@@ -189,7 +189,8 @@ class KEPSVGPAttention(AttentionShell):
         f"concat=True mixes 2 embed_len rows: sequence length {length} must equal embed_len {self.embed_len}"
       )
     orth = _logical(self, torch_orthogonal_init(), ("heads", None, "rank"))
-    normal = _logical(self, nn.initializers.normal(1.0), ("heads", "rank", "rank"))
+    # A logical name occurs once per array (Flax's rule): the second and third rank axes are unnamed (replicated).
+    normal = _logical(self, nn.initializers.normal(1.0), ("heads", "rank", None))
     pdt = self.param_dtype
     params = {
       "We": self.param("We", orth, (heads, n, s), pdt),
@@ -198,7 +199,7 @@ class KEPSVGPAttention(AttentionShell):
       "m_u": self.param("m_u", normal, (heads, s, s), pdt),
       "s_sqrt_low_triangle": self.param(
         "s_sqrt_low_triangle",
-        _logical(self, nn.initializers.normal(1.0), ("heads", "rank", "rank", "rank")),
+        _logical(self, nn.initializers.normal(1.0), ("heads", "rank", None, None)),
         (heads, s, s, s),
         pdt,
       ),

@@ -47,7 +47,7 @@ from primal_jax.training.config_schema.rules import (
   refusal,
 )
 from primal_jax.training.evaluation import TEST_EVALS
-from primal_jax.training.objectives import METRIC_MODES, OBJECTIVES
+from primal_jax.training.objectives import KL_SCALES, METRIC_MODES, OBJECTIVES
 from primal_jax.training.optimizers import OPTIMIZERS, SCHEDULES
 
 __all__ = ["DATA_FIELDS", "FIELDS", "Field", "check_config", "problems", "register_data_fields"]
@@ -125,6 +125,9 @@ FIELDS: Mapping[str, Field] = {
   # KSVD.
   "ksvd.eta": _required(number(0)),
   "ksvd.spec": _required(one_of(KSVD_SPECS)),
+  # KEP-SVGP's KL term (`task="kep_svgp"`, `objectives.KEPSVGP`): its weight and scale.
+  "kl.eta": Field(number(0)),
+  "kl.scale": Field(one_of(KL_SCALES)),
   # Optimizer.
   "optimizer.name": _required(one_of(OPTIMIZERS)),
   "optimizer.learning_rate": _required(number(0, lo_open=True)),
