@@ -147,8 +147,7 @@ def test_rules_are_the_linen_rules():
     soft(jnp.ones((B, N, 3)))
   with pytest.raises(ValueError, match="'low_rnak' is not an option"):
     pnnx.PrimalAttention(num_heads=H, in_features=D, low_rnak=3, rngs=nnx.Rngs(0))
-  with pytest.raises(ValueError, match="normalize_qk is not supported"):
-    pnnx.SoftmaxAttention(num_heads=H, in_features=D, normalize_qk=True, rngs=nnx.Rngs(0))
+  # normalize_qk=True was refused here; it is honoured now, as Flax does it (tests/test_flax_contract_nnx.py).
   with pytest.raises(ValueError, match="needs max_len"):
     pnnx.get_attention("linformer")(num_heads=H, in_features=D, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="attention must be one of"):
