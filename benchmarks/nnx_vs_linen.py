@@ -40,7 +40,13 @@ LRA_OPTIONS = {"primal": dict(low_rank=20, rank_multi=10), "linformer": dict(max
 
 def programs(name: str, batch: int, length: int, dim: int, heads: int):
   """{variant: (compiled-or-callable, args)} and the two HLO texts."""
-  layer = pnnx.get_attention(name)(num_heads=heads, in_features=dim, rngs=nnx.Rngs(0), **LRA_OPTIONS.get(name, {}))
+
+  def build():
+    return pnnx.get_attention(name)(num_heads=heads, in_features=dim, rngs=nnx.Rngs(0), **LRA_OPTIONS.get(name, {}))
+
+  # Two equal layers: nnx.jit's calls fill its layer's KSVD terms in place, which would change the pytree of a
+  # state split from the same layer (the nnx.split runner compiled on the fresh one).
+  layer, jit_layer = build(), build()
   module, variables = pnnx.to_linen(layer)
   x = jnp.asarray(np.random.default_rng(0).standard_normal((batch, length, dim)), jnp.float32)
 
@@ -61,7 +67,7 @@ def programs(name: str, batch: int, length: int, dim: int, heads: int):
   nnx_jit = nnx.jit(nnx.value_and_grad(nnx_loss))
   runners = {
     "linen": (linen, (variables["params"], x)),
-    "nnx.jit": (nnx_jit, (layer, x)),
+    "nnx.jit": (nnx_jit, (jit_layer, x)),
     "nnx.split": (split, (state, x)),
   }
   return runners, linen.as_text(), split.as_text()

@@ -74,7 +74,7 @@ def test_causal_lm_trains_through_the_binary(tmp_path, capsys):
   )  # fmt: skip
   assert len(texts) == 2 and all(isinstance(t, str) and t for t in texts)
   for flags, message in (
-    (["--prompt="], "prompts must not be empty"),
+    (["--prompt="], "--prompt must not be empty"),
     (["--prompt=x", "--top_p=1.5"], "top_p must lie in"),
     (["--prompt=x", "--max_new_tokens=100"], "exceeds the model's max_len"),
   ):

@@ -22,6 +22,7 @@ import pytest
 
 from primal_jax.attention import get_attention
 from primal_jax.cli.config_lookup import load_config
+from primal_jax.errors import ConfigError
 from primal_jax.models.registry import build_model
 
 # Compares with float64 NumPy, golden numbers or the Linen layer at float32 tolerances: full float32 matmuls.
@@ -154,8 +155,17 @@ def test_vit_forward_and_gradients(name):
   _finite_grads(lambda p: jnp.sum(built.module.apply({"params": p}, images) ** 2), params)
 
 
+def _lm_config_with(name: str):
+  """The lm smoke config with every layer `name`: the `lm` config refuses a mechanism it cannot also decode
+  (longformer) or train causally (yoso_e, soft) by name (tests/test_config_validation.py), so the model-level
+  behaviour is reached through the layers."""
+  config = load_config("lm:smoke", lock=False)
+  config.model.layers = (name,) * len(config.model.layers)
+  return config
+
+
 def test_causal_longformer_in_the_lm_is_causal():
-  config = load_config("lm:model=longformer,smoke", lock=False)
+  config = _lm_config_with("longformer")
   config.model.attention["longformer"] = {**config.model.attention.get("longformer", {}), "window": 4}
   info = ml_collections.ConfigDict(dict(seq_len=12, vocab_size=17, num_classes=0))
   built = build_model(config.model, info)
@@ -193,7 +203,9 @@ def test_causal_longformer_in_the_decision_transformer():
 
 @pytest.mark.parametrize("name", ["yoso_e", "soft"])
 def test_non_causal_mechanisms_are_refused_by_causal_models(name):
-  config = load_config(f"lm:model={name},smoke", lock=False)
+  with pytest.raises(ConfigError, match="has no causal form"):  # by the config, before anything is built
+    load_config(f"lm:model={name},smoke", lock=False)
+  config = _lm_config_with(name)  # and by the model, built another way
   built = build_model(config.model, ml_collections.ConfigDict(dict(seq_len=8, vocab_size=17, num_classes=0)))
   with pytest.raises(ValueError, match="causal"):
     built.module.init(jax.random.key(0), jnp.ones((1, 8), jnp.int32))
