@@ -18,6 +18,7 @@ from primal_jax.attention.softmax import SoftmaxAttention
 from primal_jax.cli.config_lookup import load_config
 from primal_jax.dotted import set_dotted
 from primal_jax.models.registry import build_model
+from primal_jax.training.objectives import get_objective
 from primal_jax.training.optimizers import make_optimizer
 from primal_jax.training.sharding import batch_sharding, make_mesh, replicated
 from primal_jax.training.state import abstract_state, init_state, make_init_fn
@@ -31,10 +32,23 @@ class Variant:
   name: str
   model: str
   overrides: tuple[tuple[str, Any], ...] = ()
+  # The attention whose options take Primal's s (`low_rank`) and `rank_multi` from the config (after `--set`), so a
+  # mechanism built on Primal's KSVD (KEP-SVGP) is timed at the rank PrimalFormer is timed at.
+  rank_of_primal: str | None = None
 
 
 # The fused softmax: SoftmaxAttention's impl option; that function has no hook for weight dropout.
 FUSED_SOFTMAX = (("model.attention.softmax", {"impl": "dot_product_attention", "dropout_rate": 0.0}),)
+
+
+def kep_overrides(form: str) -> tuple[tuple[str, Any], ...]:
+  """KEP-SVGP trained as its authors train it: task "kep_svgp" (CE + KSVD + the unscaled KL, whose terms the step
+  computes), the release's KSVD term at eta 1 and the layer in `form` (`low_rank` and `rank_multi`: Primal's)."""
+  return (
+    ("task", "kep_svgp"),
+    ("ksvd", {"eta": 1.0, "spec": "release_kep"}),
+    ("model.attention.kep_svgp", {"dropout_rate": 0.0, "form": form}),
+  )
 
 
 def available_variants() -> dict[str, Variant]:
@@ -49,6 +63,11 @@ def available_variants() -> dict[str, Variant]:
   for name, cls in ATTENTIONS.items():
     if name != "primal" and not issubclass(cls, SoftmaxAttention):
       variants[name] = Variant(name, name)
+  if "kep_svgp" in ATTENTIONS:  # both forms: the paper's (default) and the authors' code's
+    variants["kep_svgp"] = Variant("kep_svgp", "kep_svgp", kep_overrides("paper"), rank_of_primal="kep_svgp")
+    variants["kep_svgp_release"] = Variant(
+      "kep_svgp_release", "kep_svgp", kep_overrides("release"), rank_of_primal="kep_svgp"
+    )
   return variants
 
 
@@ -81,6 +100,10 @@ def make_config(variant: Variant, seq_len: int, args):
       set_dotted(config, key, value, new_leaf=True)
   for key, value in args.set:
     set_dotted(config, key, value)
+  if variant.rank_of_primal:
+    primal = config.model.attention.primal
+    with config.unlocked():
+      config.model.attention[variant.rank_of_primal].update(low_rank=primal.low_rank, rank_multi=primal.rank_multi)
   return config
 
 
@@ -134,6 +157,8 @@ def prepare_step(variant: Variant, seq_len: int, args, device: jax.Device, warmu
   info = SyntheticInfo(seq_len=seq_len, vocab_size=config.model.vocab_size, num_classes=args.num_classes)
   built = build_model(config.model, info)
   tx, schedule = make_optimizer(config.optimizer, config.total_steps)
+  # The config's task when set (as `build_experiment` reads it), else the model's; no split sizes (no data).
+  objective = get_objective(config.get("task") or built.task).configured(config, {})
   mesh = make_mesh((1, 1), devices=[device])
   host_batch = synthetic_batch(built.input_keys, args.batch_size, seq_len, info.vocab_size, info.num_classes, args.seed)
   batch = jax.device_put(host_batch, batch_sharding(mesh))
@@ -144,7 +169,7 @@ def prepare_step(variant: Variant, seq_len: int, args, device: jax.Device, warmu
   abstract, shardings = abstract_state(init_fn, rng, mesh)
   state = init_state(init_fn, rng, shardings)
   step = jax.jit(
-    make_train_step(built, tx, schedule, eta=config.ksvd.eta, spec=ksvd_spec(config.ksvd.spec)),
+    make_train_step(built, tx, schedule, eta=config.ksvd.eta, spec=ksvd_spec(config.ksvd.spec), objective=objective),
     in_shardings=(shardings, batch_sharding(mesh)),
     out_shardings=(shardings, replicated(mesh)),
     donate_argnums=0,

@@ -206,6 +206,35 @@ def test_plan_grid_and_overrides(efficiency):
     efficiency.plan_grid(efficiency.parse_args(["--variants=nope"]))
 
 
+def test_kep_variants_train_on_their_objective_at_primals_rank(efficiency):
+  """Issue 56 item 5: both KEP-SVGP forms are variants, configured as their authors train them (task "kep_svgp":
+  the KL joins the loss; the release KSVD term) at the s and rank_multi PrimalFormer gets (after `--set`); the next
+  test runs a step: finite loss, and the loss is CE + KSVD + KL, far above a CE of ~log(10)."""
+  args = efficiency.parse_args(
+    ["--set=model.attention.primal.rank_multi=2", "--set=model.attention.primal.low_rank=3", "--steps=1"]
+  )
+  variants = efficiency.available_variants()
+  for name, form in (("kep_svgp", "paper"), ("kep_svgp_release", "release")):
+    config = train_step.make_config(variants[name], 64, args)
+    kep = config.model.attention.kep_svgp
+    assert (config.task, config.ksvd.spec, config.ksvd.eta) == ("kep_svgp", "release_kep", 1.0)
+    assert (kep.form, kep.low_rank, kep.rank_multi) == (form, 3, 2) and set(config.model.layers) == {"kep_svgp"}
+
+
+@pytest.mark.slow  # ~40 s CPU on a shared machine: compiling the KEP-SVGP step
+def test_kep_variant_step_adds_its_kl(efficiency):
+  args = efficiency.parse_args(
+    ["--set=model.attention.primal.rank_multi=2", "--set=model.attention.primal.low_rank=3", "--steps=1"]
+  )
+  variant = efficiency.available_variants()["kep_svgp"]
+  prepared = efficiency.prepare_step(variant, 64, args, jax.devices()[0], warmup_steps=1)
+  scalars = jax.device_get(prepared.last_out)
+  assert math.isfinite(prepared.loss()) and scalars["kl_loss"] > 10 * math.log(10)
+  assert prepared.loss() == pytest.approx(
+    scalars["task_loss_sum"] / scalars["count"] + scalars["ksvd_loss"] + scalars["kl_loss"], rel=1e-5
+  )
+
+
 @pytest.mark.slow  # ~40 s CPU: the benchmark script over its grid
 def test_script_end_to_end(efficiency, tmp_path, capsys):
   results = efficiency.main(
