@@ -155,7 +155,7 @@ LAYERS: dict[str, set[str]] = {
   "data": {"root"},
   "launch": {"root"},
   "training": {"root", "attention", "models", "data", "launch"},
-  "tasks": {"root", "attention", "models", "data", "training", "launch"},
+  "tasks": {"root", "attention", "models", "data", "training", "launch", "analysis"},  # uncertainty: its metrics
   "cli": {"root", "attention", "models", "data", "training", "tasks", "launch"},
   "convert": {"root", "attention", "models", "nnx", "data", "training", "analysis"},  # verify checks its metrics
   "analysis": {"root", "attention", "models", "data", "training"},

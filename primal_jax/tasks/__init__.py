@@ -11,6 +11,8 @@ families::
   lm/          byte- and word-level causal language modelling
   offline_rl/  D4RL-style offline RL with the Decision Transformer (Table 4), its datasets, behaviour policies
                (package data) and their SAC trainer
+  uncertainty/ KEP-SVGP against softmax ViTs (MSP, temperature, MC dropout, ensembles): failure prediction,
+               calibration, corruptions, OOD (issue 56); trains on the vision family's `images` task
 
 Importing this package registers every family's tasks in the task registry (`primal_jax.data.registry`) and
 its config name in `CONFIGS`, all as lazy `"module:attribute"` entries: nothing of a family is imported
@@ -67,6 +69,7 @@ FAMILIES: tuple[Family, ...] = (
     {"text_bytes": "text_bytes:make_text_bytes_pipeline", "text_words": "text_words:make_text_words_pipeline"},
   ),
   Family("offline_rl", "d4rl", {"d4rl": "input_pipeline:make_offline_rl_pipeline"}, ("train", "rl")),
+  Family("uncertainty", "uncertainty", {}),
 )
 
 
