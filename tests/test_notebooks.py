@@ -22,7 +22,8 @@ from test_notebook import KERNEL, _one, _pin_kernel_to_this_interpreter, _stdout
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-FAMILIES = ("drop_in", "drop_in_nnx", "lra_listops", "decision_transformer", "vision", "generation")
+FAMILIES = ("drop_in", "drop_in_nnx", "lra_listops", "decision_transformer", "vision", "generation", "uncertainty")
+NO_LIBRARY_CONFIG = ("drop_in", "drop_in_nnx", "uncertainty")  # a user's own model: no config cell
 CELL_TIMEOUT_S = 300
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -72,7 +73,7 @@ def _attention_options_exist(config) -> None:
 
 
 @pytest.mark.parametrize("smoke", [True, False], ids=["smoke", "full"])
-@pytest.mark.parametrize("name", [n for n in FAMILIES if not n.startswith("drop_in")])  # no library config
+@pytest.mark.parametrize("name", [n for n in FAMILIES if n not in NO_LIBRARY_CONFIG])
 def test_config_cells_build_locked_configs(name, smoke, tmp_path, monkeypatch):
   """The cells tagged `config` run in order as they do in the notebook, for both sizes: they load the library's
   configs by name (locked, so an override of an option that does not exist raises) and yield ConfigDicts."""
@@ -207,3 +208,26 @@ def test_generation_runs(tmp_path, monkeypatch):
   ]
   _figures(tmp_path, "generation_curves.png", "decoding.png")
   assert _images(nb) == 2
+
+
+@pytest.mark.slow  # ~45 s CPU: two ViTs' training steps and posterior-draw evaluations to compile
+def test_uncertainty_runs(tmp_path, monkeypatch):
+  """Issue 56 item 6: a user's ViT switched to KEP-SVGP in one line, trained on CE + KSVD + KL, evaluated with the
+  uncertainty metrics from posterior draws; the figure is drawn."""
+  nb, text = _run("uncertainty", tmp_path, monkeypatch)
+  names = ("acc", "aurc", "eaurc", "auroc", "fpr95", "aupr_success", "aupr_err", "ece", "nll", "brier")
+  assert any(line.split() == list(names) for line in text.splitlines())  # the metrics table's header
+  for model in ("softmax ViT", "KEP-SVGP ViT"):
+    pattern = rf"^{model}: cross-entropy ([\d.]+) \(first 5 steps\) -> ([\d.]+) \(last 5\), KSVD (\S+), KL (\S+) "
+    first, last, ksvd, kl = map(float, re.findall(pattern, text, re.M)[0])
+    assert last < first, (model, first, last)
+    if model == "softmax ViT":
+      assert ksvd == kl == 0.0  # no KEP-SVGP layer: nothing sowed
+    else:
+      assert ksvd != 0.0 and kl > 0.0, (ksvd, kl)
+    values = dict(zip(names, map(float, _one(rf"^{model} +((?:\S+ +){{9}}\S+)$", text).split()), strict=True))
+    assert 0.1 < values["acc"] <= 1.0, values  # chance: 0.1 (60 steps of 64 images)
+    assert all(0.0 <= values[k] <= 1.0 for k in ("aurc", "auroc", "fpr95", "aupr_success", "aupr_err", "ece")), values
+    assert 0.0 < values["nll"] < 5.0 and 0.0 < values["brier"] < 2.0, values
+  _figures(tmp_path, "uncertainty.png")
+  assert _images(nb) == 1
