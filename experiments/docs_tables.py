@@ -14,7 +14,8 @@ A generated table sits between two markers, each on a line of its own, in a Mark
 
 The name picks the table: a key of `TABLES`, or `spectrum:<name>` (experiments/results/spectrum_<name>/, one row per
 run; `spectrum_arms:<name>`: its arms, mean ± std over models and the paired differences by seed)
-or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself), `decoding:<dir>` (the decoding
+or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself; `benchmark_vs:<dir>:<variant>`: time,
+memory, FLOPs and % of the matmul peak as ratios to that variant), `decoding:<dir>` (the decoding
 benchmark's JSON in benchmarks/results/<dir>/; `decoding_sized:<dir>`: its bound at each step's own size),
 `vs_release:<dir>` (benchmarks/vs_release.py's; its ratios in one paragraph: `vs_release_summary:<dir>`),
 `step_profile:<dir>` (benchmarks/step_profile.py's), `gemv_chain:<dir>` (benchmarks/gemv_chain.py's), or
@@ -66,6 +67,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "spectrum": results.spectrum,
   "spectrum_arms": results.spectrum_arms,
   "benchmark": efficiency.docs_table,
+  "benchmark_vs": efficiency.docs_relative_table,  # benchmark_vs:<dir>:<variant>: ratios to that variant
   "d4rl": sweeps.d4rl_sweep,
   "vit": sweeps.vit_sweep,
   "lra": sweeps.lra_sweep,  # lra:listops, lra:image, lra:pathfinder (the names in TABLES are matched first)

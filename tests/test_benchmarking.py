@@ -322,6 +322,42 @@ def test_budgets_record_what_was_not_run_and_the_docs_table_says_so(efficiency, 
   assert softmax_row.count("over memory budget") == 2
 
 
+def test_relative_table_states_each_variants_cost_over_the_reference_and_the_bound(tmp_path, monkeypatch):
+  """`benchmark_vs:<dir>:<variant>` (KEP-SVGP over PrimalFormer, issue 56 item 5): time, memory and FLOPs as ratios at
+  the same N, and both steps' fraction of the in-process matmul peak; a failed record and N the reference lacks
+  are left out; an unknown reference is refused."""
+
+  def rec(variant, n, seconds, mib, gflop, frac):
+    return {"variant": variant, "seq_len": n, "sec_per_1k_steps": seconds, "xla_memory": {"total_bytes": mib * 2**20},
+            "flops_per_step": gflop * 1e9, "peak_fraction": frac}  # fmt: skip
+
+  results = {
+    "meta": {"device_kind": "cpu", "platform": "cpu", "date": "2026-12-05T22:00:00", "git_commit": "abc",
+             "args": {"steps": 3, "repeats": 3, "batch_size": 8}},  # fmt: skip
+    "matmul_peak": {"flops_per_s": 40e9, "size": 2048, "dtype": "float32"},
+    "records": [
+      rec("primalformer", 1024, 600.0, 100.0, 4.0, 0.2), rec("kep_svgp", 1024, 2400.0, 300.0, 8.0, 0.1),
+      rec("primalformer", 2048, 800.0, 200.0, 8.0, 0.25), rec("kep_svgp", 2048, 3200.0, 700.0, 16.0, 0.125),
+      rec("kep_svgp", 4096, 1.0, 1.0, 1.0, 0.1),  # no reference at this N
+      {"variant": "kep_svgp_release", "seq_len": 1024, "error": "boom"},
+    ],
+  }  # fmt: skip
+  lines = tables.relative_table(results, "primalformer").splitlines()
+  assert lines[2:] == [
+    "| kep_svgp | 1024 | 2,400 (4.00x) | 300 (3.00x) | 8.00 (2.00x) | 10.0% (20.0%) |",
+    "| kep_svgp | 2048 | 3,200 (4.00x) | 700 (3.50x) | 16.00 (2.00x) | 12.5% (25.0%) |",
+  ]
+  with pytest.raises(ValueError, match="reference 'softmax' has no successful record; variants: kep_svgp, primal"):
+    tables.relative_table(results, "softmax")
+  (tmp_path / "run").mkdir()
+  bm.save_results(tmp_path / "run" / "efficiency.json", results)
+  monkeypatch.setattr(tables, "BENCHMARK_RESULTS", tmp_path)
+  table = tables.docs_relative_table("run:primalformer", tmp_path)
+  assert table.startswith("\n".join(lines)) and "matmul peak of that process: 40.0 GFLOP/s" in table
+  with pytest.raises(ValueError, match="benchmark_vs takes <dir>:<reference variant>"):
+    tables.docs_relative_table("run", tmp_path)
+
+
 def test_memory_budget_refuses_before_running(efficiency):
   args = efficiency.parse_args(["--set=model.attention.primal.rank_multi=2", "--memory_budget_gib=1e-6"])
   variant = efficiency.available_variants()["softmax"]

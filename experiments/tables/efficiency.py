@@ -219,3 +219,61 @@ def docs_table(name: str, base: Path) -> str:
     f"{_commit(meta)}; {link(folder / 'efficiency.md', base, 'all tables')}."
   )
   return markdown.table(header, body) + "\n\n" + caption
+
+
+def relative_table(results: Mapping[str, Any], reference: str) -> str:
+  """Markdown: one row per (variant, N) that `reference` also ran, with its time, XLA memory and FLOPs per step as
+  ratios to `reference` at the same N, and both steps' fraction of the matmul peak measured in the same process (the
+  bound): a time ratio above the FLOP ratio is work done further from the bound, not more work."""
+  records = [r for r in results["records"] if not r.get("error")]
+  ref = {r["seq_len"]: r for r in records if r["variant"] == reference}
+  if not ref:
+    found = sorted({r["variant"] for r in records})
+    raise ValueError(f"reference {reference!r} has no successful record; variants: {', '.join(found)}")
+
+  def ratio(rec: Mapping[str, Any], path: str, scale: float, digits: int) -> str:
+    mine, theirs = metric_value(rec, path), metric_value(ref[rec["seq_len"]], path)
+    if mine is None:
+      return "-"
+    return f"{mine / scale:,.{digits}f}" + (f" ({mine / theirs:.2f}x)" if theirs else "")
+
+  def peak(rec: Mapping[str, Any]) -> str:
+    mine, theirs = (metric_value(r, "peak_fraction") for r in (rec, ref[rec["seq_len"]]))
+    return "-" if mine is None else f"{100 * mine:.1f}%" + ("" if theirs is None else f" ({100 * theirs:.1f}%)")
+
+  order = {name: i for i, name in enumerate(dict.fromkeys(r["variant"] for r in records))}
+  rows = [
+    [
+      rec["variant"],
+      str(rec["seq_len"]),
+      ratio(rec, "sec_per_1k_steps", 1.0, 0),
+      ratio(rec, "xla_memory.total_bytes", MIB, 0),
+      ratio(rec, "flops_per_step", 1e9, 2),
+      peak(rec),
+    ]
+    for rec in sorted(records, key=lambda r: (order[r["variant"]], r["seq_len"]))
+    if rec["variant"] != reference and rec["seq_len"] in ref
+  ]
+  header = [
+    "variant", "N", f"s / 1k steps (x `{reference}`)", f"XLA MiB (x `{reference}`)",
+    f"GFLOP / step (x `{reference}`)", f"% of matmul peak (`{reference}`'s)",
+  ]  # fmt: skip
+  return markdown.table(header, rows)
+
+
+def docs_relative_table(arg: str, base: Path) -> str:
+  """The docs table `benchmark_vs:<dir>:<variant>`: `relative_table` of benchmarks/results/<dir>/ against <variant>."""
+  name, sep, reference = arg.rpartition(":")
+  if not sep or not name or not reference:
+    raise ValueError(f"benchmark_vs takes <dir>:<reference variant>, got {arg!r}")
+  folder = BENCHMARK_RESULTS / name
+  results = load_results(folder / "efficiency.json")
+  meta, peak = results["meta"], results["matmul_peak"]
+  caption = (
+    f"Ratios to `{reference}` at the same N, measured in the same process with the variants interleaved; the matmul "
+    f"peak of that process: {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']}); "
+    f"{meta['device_kind']} ({meta['platform']}), {meta['args']['steps']} timed steps x {meta['args']['repeats']} "
+    f"repeats, batch {meta['args']['batch_size']}, {meta['date'][:10]}, {_commit(meta)}; "
+    f"{link(folder / 'efficiency.md', base, 'all tables')}."
+  )
+  return relative_table(results, reference) + "\n\n" + caption
