@@ -18,7 +18,8 @@ or `benchmark:<dir>` (benchmarks/results/<dir>/, `.` for the folder itself; `ben
 memory, FLOPs and % of the matmul peak as ratios to that variant), `decoding:<dir>` (the decoding
 benchmark's JSON in benchmarks/results/<dir>/; `decoding_sized:<dir>`: its bound at each step's own size),
 `vs_release:<dir>` (benchmarks/vs_release.py's; its ratios in one paragraph: `vs_release_summary:<dir>`),
-`step_profile:<dir>` (benchmarks/step_profile.py's), `gemv_chain:<dir>` (benchmarks/gemv_chain.py's), or
+`step_profile:<dir>` (benchmarks/step_profile.py's), `gemv_chain:<dir>` (benchmarks/gemv_chain.py's),
+`uncertainty:<name>` (the uncertainty benchmark's tables and text plots, experiments/tables/uncertainty.py), or
 `d4rl:<table>`, `vit:<table>`, `lm:<table>` (a table of
 experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/), or
 `paired:<family>:<table>` (that table's paired differences by seed against the baseline row its sweep file names;
@@ -39,7 +40,17 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from experiments.tables import decoding, efficiency, forest, gemv_chain, results, step_profile, sweeps, vs_release
+from experiments.tables import (
+  decoding,
+  efficiency,
+  forest,
+  gemv_chain,
+  results,
+  step_profile,
+  sweeps,
+  uncertainty,
+  vs_release,
+)
 from experiments.tables.common import ROOT
 from primal_jax.atomic_files import DamagedFileError
 
@@ -82,6 +93,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "vs_release_summary": vs_release.docs_summary,
   "step_profile": step_profile.docs_table,
   "gemv_chain": gemv_chain.docs_table,
+  "uncertainty": uncertainty.docs_table,  # uncertainty:<name>: experiments/tables/uncertainty.py
 }
 
 

@@ -203,7 +203,11 @@ def test_sweep_builds_with_disjoint_ensembles():
   from experiments.sweeps.uncertainty import ensemble_seeds
 
   sweep = load_sweep("experiments/sweeps/uncertainty.py")
-  assert len(plan(sweep.runs)) == 4 * 3 + 6  # four models x 3 seeds, 6 extra ensemble members
-  members = [ensemble_seeds(s, 3, 3) for s in range(3)]
-  assert members == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
+  assert len(plan(sweep.runs)) == 4 * 3 + 3  # four models x 3 seeds, 3 extra ensemble members (M = 2)
+  assert [ensemble_seeds(s, 3, 3) for s in range(3)] == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # disjoint
+  assert [(r.cell.table, r.seed) for r in sweep.runs[:6]] == [("models", 0)] * 4 + [
+    ("ensemble_members", 3),
+    ("models", 1),
+  ]
+  assert len(plan(load_sweep("experiments/sweeps/uncertainty.py:members=3").runs)) == 4 * 3 + 6
   assert set(sweep.after_run) == {"models", "ensemble_members"}

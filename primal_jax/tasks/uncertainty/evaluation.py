@@ -295,5 +295,6 @@ def write_record(path, record: dict) -> Path:
   from primal_jax.provenance import provenance
 
   path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
   write_json_atomically(path, {**record, "provenance": provenance(devices=False)}, indent=1)
   return path
