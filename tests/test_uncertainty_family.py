@@ -161,6 +161,8 @@ def test_evaluate_model_on_a_known_predictor():
   risk = metrics.risk_curve(*metrics.confidence_and_correct(probs, labels))
   assert out["test"]["risk_coverage"]["risk"] == [risk[14], risk[29], risk[44], risk[59]]
   assert sum(out["test"]["reliability"]["count"]) == 60
+  no_ood = evaluation.evaluate_model(predict, evaluation.EvalSets((images, labels), {}, None), settings)
+  assert "ood" not in no_ood and no_ood["test"] == out["test"]  # settings.ood=False: nothing fetched, no OOD
 
 
 def test_eval_settings_refusals():
