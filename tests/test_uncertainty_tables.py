@@ -3,6 +3,8 @@ records written by the family's own evaluation (`evaluate_model`, `write_record`
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
@@ -42,12 +44,13 @@ def folder(tmp_path_factory):
   for seed in range(3):
     sets = _sets(seed)
     for kind, methods in evaluation.METHODS.items():
-      record = {"kind": kind, "seed": seed, "methods": {}}
+      record = {"kind": kind, "seed": seed, "settings": dataclasses.asdict(settings), "methods": {}}
       for i, method in enumerate(methods):
         record["methods"][method] = evaluation.evaluate_model(_predictor(seed, 1 + i + len(kind) / 4), sets, settings)
       evaluation.write_record(root / "runs" / f"{kind}{seed}" / evaluation.RECORD, record)
     ensemble = {
       "members": [seed, seed + 3],
+      "settings": dataclasses.asdict(settings),
       "methods": {"ensemble": evaluation.evaluate_model(_predictor(seed, 0.5), sets, settings)},
     }
     evaluation.write_record(root / "runs" / f"softmax{seed}" / evaluation.ENSEMBLE_RECORD, ensemble)
@@ -69,6 +72,7 @@ def test_metric_table_is_mean_and_std_of_the_records(folder):
     ]
   )
   assert tables.shift_value(records[tables.BASELINE][0], "acc") == pytest.approx(shift)
+  assert tables.source_line(folder).startswith("From 15 evaluation records (12 runs, 3 ensembles) of commit ")
 
 
 def test_paired_table_against_scipy_and_holm(folder, monkeypatch):

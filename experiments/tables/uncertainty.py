@@ -137,6 +137,19 @@ def _mean_std(values, digits: int) -> str:
   return mean if len(values) < 2 else f"{mean} ± {markdown.fixed(float(np.std(values, ddof=1)), digits)}"
 
 
+def source_line(folder: Path = FOLDER) -> str:
+  """Where the numbers come from: the evaluation records, the commits that wrote them and their settings."""
+  paths = sorted(folder.glob("runs/*/uncertainty.json")) + sorted(folder.glob("runs/*/ensemble.json"))
+  records = [read_json(path, "an uncertainty evaluation") for path in paths]
+  commits = sorted({r["provenance"]["commit"][:7] + (" (dirty)" if r["provenance"]["dirty"] else "") for r in records})
+  settings = sorted({tuple(sorted(r["settings"].items())) for r in records})
+  shown = "; ".join(", ".join(f"{k} {v}" for k, v in s) for s in settings)
+  return (
+    f"From {len(records)} evaluation records ({len(paths) - len(list(folder.glob('runs/*/ensemble.json')))} runs, "
+    f"{len(list(folder.glob('runs/*/ensemble.json')))} ensembles) of commit {', '.join(commits)}; settings: {shown}."
+  )
+
+
 def metric_table(group: str, folder: Path = FOLDER) -> str:
   """Methods x the group's metrics, mean ± sample std over seeds (n seeds per method)."""
   records, metrics = load(folder), GROUPS[group]
@@ -144,7 +157,8 @@ def metric_table(group: str, folder: Path = FOLDER) -> str:
   for label, by_seed in records.items():
     cells = [_mean_std([m.scale * value(r, group, m.key) for r in by_seed.values()], m.digits) for m in metrics]
     body.append([label, len(by_seed), *cells])
-  return markdown.table(["method", "seeds", *(m.title for m in metrics)], body, numeric_from=1)
+  table = markdown.table(["method", "seeds", *(m.title for m in metrics)], body, numeric_from=1)
+  return table if group != "test" else table + "\n\n" + source_line(folder)
 
 
 def _comparisons(records, group: str, metric: Metric):
