@@ -36,3 +36,12 @@ def test_forest_lines_show_a_finding_clear_of_zero_and_never_minus_zero():
   assert finding[2] == "y  |  =-o-=  +5 [+3, +7] better"
   with pytest.raises(ValueError, match="differ in length"):
     forest_lines(["x"], [], ["level"])
+
+
+def test_an_untested_row_shows_its_raw_interval_labelled_raw():
+  """A comparison with no corrected interval (a side did not learn) draws its raw interval and says so."""
+  lines = forest_lines(
+    ["a", "b"], [(1.0, 0.5, 1.5, 0.2, 1.8), (-1.0, -2.0, 0.0, math.nan, math.nan)], ["better", "did not learn"]
+  )
+  assert lines[2].endswith("+1.0 [+0.2, +1.8] better") and lines[3].endswith("-1.0 raw [-2.0, +0.0] did not learn")
+  assert "=" not in lines[3] and "-" in lines[3].split("  ")[1]

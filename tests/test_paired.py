@@ -289,3 +289,67 @@ def test_the_table8_docs_table_finds_its_runs_by_the_sweeps_plan(tmp_path, monke
   monkeypatch.setattr(common, "RESULTS", tmp_path / "empty")
   with pytest.raises(ValueError, match="no finished table8 runs"):
     results.uea_table8(tmp_path)
+
+
+def _learning_row(cell, values: dict[int, float], validations: dict[int, float]) -> Row:
+  row = _row(cell, values)
+  return dataclasses.replace(row, validations=tuple(validations[s] for s in row.seeds))
+
+
+def test_a_row_that_did_not_learn_takes_no_part_in_a_verdict():
+  """Chance 50%, margin 2: a seed learned iff its best validation accuracy is above 52%. A row that did not learn on
+  a paired seed (or whose baseline did not) reads "did not learn" / "<baseline> did not learn", has no p-value and
+  leaves the Holm family, so the one tested comparison is corrected over m = 1 (its raw interval)."""
+  good = Cell("t", (("dataset", "D"), ("model", "Good")))
+  flat = Cell("t", (("dataset", "D"), ("model", "Flat")))
+  rows = [
+    _learning_row(BASE, {0: 60.0, 1: 62.0, 2: 61.0}, {0: 60.5, 1: 61.0, 2: 60.0}),
+    _learning_row(PRIMAL, {0: 64.0, 1: 65.0, 2: 64.5}, {0: 64.0, 1: 65.0, 2: 64.0}),
+    _learning_row(good, {0: 61.0, 1: 63.0, 2: 62.0}, {0: 61.0, 1: 63.0, 2: 62.0}),
+    _learning_row(flat, {0: 50.0, 1: 52.5, 2: 50.0}, {0: 50.0, 1: 52.0, 2: 53.0}),  # 52.0 is not above 52
+  ]
+  sweep = _sweep([BASE, PRIMAL, good, flat], chance={"t": 50.0})
+  primal, good_c, flat_c = comparisons(sweep, rows, "t")
+  assert flat_c.verdict == "did not learn" and math.isnan(flat_c.p) and flat_c.corrected is None
+  assert flat_c.paired.mean == pytest.approx((-10.0 - 9.5 - 11.0) / 3)  # the raw difference is still shown
+  tested = [primal, good_c]
+  # Holm over the two tested comparisons only (flat's nan is not counted in m).
+  p = [c.p for c in tested]
+  assert [c.p_holm for c in tested] == pytest.approx(
+    list(np.minimum(1.0, np.maximum.accumulate(np.array(sorted(p)) * np.array([2, 1])))[np.argsort(np.argsort(p))])
+  )
+  # The reference not learning makes every comparison untested, named by the reference's label.
+  lazy_base = dataclasses.replace(rows[0], validations=(60.5, 51.0, 60.0))
+  assert {c.verdict for c in comparisons(sweep, [lazy_base, *rows[1:]], "t")} == {
+    "Trans. did not learn",
+    "did not learn",
+  }
+  # A row without validation values (a record with no best_validation) did not learn.
+  assert comparisons(sweep, [rows[0], _row(PRIMAL, {0: 64.0, 1: 65.0, 2: 64.5})], "t")[0].verdict == "did not learn"
+  # Without a chance level nothing changes.
+  assert comparisons(_sweep([BASE, PRIMAL, good, flat]), rows, "t")[2].verdict != "did not learn"
+  table = paired_table(sweep, rows, "t")
+  assert "| D | Flat | Trans. | 3 | -10.2 | 0.8 | " in table and table.splitlines()[-1].endswith(
+    "| - | - | did not learn |"
+  )
+  assert "not above chance + 2 points" in results_markdown(sweep, rows, [])
+  with pytest.raises(ConfigError, match=r"chance\['t'\] must be a validation accuracy in \[0, 100\) %, got 150"):
+    _sweep([BASE], chance={"t": 150})
+  with pytest.raises(ConfigError, match="learn_margin must be >= 0"):
+    _sweep([BASE], learn_margin=-1)
+
+
+def test_stored_rows_carry_each_seeds_best_validation(tmp_path):
+  """`Row.validations` comes from each record's summary `best_validation.accuracy` (in %), nan where absent."""
+  for seed, summary in enumerate(
+    [
+      {"best_validation": {"step": 3, "accuracy": 0.625}, "test_at_best_validation": {"accuracy": 0.6}},
+      {"test_at_best_validation": {"accuracy": 0.5}},
+    ]
+  ):
+    run = tmp_path / "runs" / f"k{seed}"
+    run.mkdir(parents=True)
+    entry = {"cell": {"table": "t", "labels": [["model", "A"]], "paper": None}, "protocol": "honest", "seed": seed}
+    (run / RESULT_FILE).write_text(json.dumps({"summary": summary, "wall_seconds": 1.0, "runs": [entry]}))
+  (row,) = stored_rows(tmp_path)
+  assert row.accuracies == (60.0, 50.0) and row.validations[0] == 62.5 and math.isnan(row.validations[1])

@@ -35,6 +35,13 @@ def summary_value(summary: dict, protocol: str) -> float | None:
   return None
 
 
+def validation_value(summary: dict) -> float:
+  """A run's best validation accuracy in % (summary `best_validation.accuracy`), nan where it has none."""
+  entry = summary.get("best_validation") if isinstance(summary, Mapping) else None
+  value = entry.get("accuracy") if isinstance(entry, Mapping) else None
+  return float("nan") if value is None else 100.0 * float(value)
+
+
 def unscored_line(key: str, cell: Cell, seed: int | str, protocol: str) -> str:
   """The line that flags a finished run whose summary lacks its protocol's entry (left out of its row)."""
   labels = " ".join(f"{k}={v}" for k, v in cell.labels)
@@ -55,16 +62,17 @@ def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], plan
         log.warning(unscored_line(key, cell, seed, protocol))
       unscored.append((key, seed))
     else:
-      scored.append((key, seed, value, result["wall_seconds"]))
+      scored.append((key, seed, value, result["wall_seconds"], validation_value(result.get("summary"))))
   return Row(
     cell,
     protocol,
-    tuple(value for _, _, value, _ in scored),
+    tuple(value for _, _, value, *_ in scored),
     planned=planned,
-    wall_seconds=tuple(wall for *_, wall in scored),
+    wall_seconds=tuple(wall for *_, wall, _ in scored),
     keys=tuple(key for key, *_ in scored) if stored else (),
     unscored=tuple(unscored),
-    seeds=tuple(seed for _, seed, _, _ in scored),
+    seeds=tuple(seed for _, seed, *_ in scored),
+    validations=tuple(validation for *_, validation in scored),
   )
 
 

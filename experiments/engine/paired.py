@@ -16,6 +16,12 @@ lower is better):
     the sweep sets a margin);
   unresolved: otherwise (fewer than 2 pairs among them).
 The raw verdict (the 95% interval alone) stays in `Comparison.paired.verdict` and paired.csv's `raw_verdict`.
+
+In a table with a chance level (`Sweep.chance`), a comparison is tested only where the row and its baseline both
+learned (best validation accuracy above chance + `Sweep.learn_margin`) on every paired seed: otherwise its verdict
+is "did not learn" (the row) or "<baseline> did not learn", it has no p-value and it is not counted in the table's
+Holm family. A difference between a model that learns and one that does not at the one rate tried measures the
+rate, not the mechanism.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from primal_jax import markdown
 
 CONFIDENCE = 0.95
 PAIRED_CSV = "paired.csv"  # beside results.csv, written for a sweep with baselines
+NOT_LEARNED = "did not learn"  # the verdict of a comparison whose row did not learn (`Sweep.chance`)
 # stats' verdicts in the tables' direction: (higher is better, lower is better).
 JUDGED: Mapping[str, tuple[str, str]] = {
   stats.HIGHER: ("better", "worse"),
@@ -66,6 +73,25 @@ def by_seed(row: Row) -> dict[int, float]:
   return values
 
 
+def learned(sweep: Sweep, row: Row) -> dict[int, bool] | None:
+  """seed -> whether that seed's run learned (best validation accuracy above `sweep.chance[table]` +
+  `sweep.learn_margin`; a run without a validation value did not); None where the table sets no chance level."""
+  chance = sweep.chance.get(row.cell.table)
+  if chance is None:
+    return None
+  validations = row.validations or (math.nan,) * row.n
+  return {seed: bool(value > chance + sweep.learn_margin) for seed, value in zip(row.seeds, validations, strict=True)}
+
+
+def _untestable(sweep: Sweep, row: Row, baseline: Row | None, seeds: set[int], reference: str) -> str | None:
+  """The verdict of a comparison that is not tested because a side did not learn on a paired seed, else None."""
+  for side, verdict in ((row, NOT_LEARNED), (baseline, f"{reference} {NOT_LEARNED}")):
+    flags = learned(sweep, side) if side is not None else None
+    if flags is not None and not all(flags[seed] for seed in seeds):
+      return verdict
+  return None
+
+
 def _others(row: Row, column: str) -> tuple:
   return tuple(pair for pair in row.cell.labels if pair[0] != column), row.protocol
 
@@ -80,14 +106,18 @@ def comparisons(sweep: Sweep, rows: Sequence[Row], table: str) -> list[Compariso
     if dict(row.cell.labels)[column] != value:
       baseline = baselines.get(_others(row, column))
       pairs.append((row, baseline, by_seed(row), by_seed(baseline) if baseline else {}))
-  p_values = [stats.paired_p_value(a, b) for _, _, a, b in pairs]
+  untested = [_untestable(sweep, row, base, set(a) & set(b), value) for row, base, a, b in pairs]
+  p_values = [math.nan if u else stats.paired_p_value(a, b) for u, (_, _, a, b) in zip(untested, pairs, strict=True)]
   adjusted = stats.holm(p_values)
   levels = stats.holm_confidences(p_values, CONFIDENCE)
   direction = 0 if sweep.higher_is_better else 1
   out = []
-  for (row, baseline, a, b), p, p_holm, level in zip(pairs, p_values, adjusted, levels, strict=True):
+  for (row, baseline, a, b), p, p_holm, level, skip in zip(pairs, p_values, adjusted, levels, untested, strict=True):
     margin = sweep.level_margin
     paired = stats.paired_difference(a, b, confidence=CONFIDENCE, margin=margin)
+    if skip:
+      out.append(Comparison(row, baseline, paired, skip))
+      continue
     corrected = paired if math.isnan(level) else stats.paired_difference(a, b, confidence=level, margin=margin)
     if p_holm <= 1 - CONFIDENCE:  # a finding: the sign of the mean (the corrected interval excludes zero)
       verdict = stats.HIGHER if corrected.mean > 0 else stats.LOWER
@@ -149,6 +179,12 @@ def paired_note(sweep: Sweep) -> str:
     f"{direction.capitalize()} is better here. better / worse: adjusted p <= 0.05 (a finding with the table's "
     f"family-wise error held at 5%; where every pair differs by the same amount, std 0, the sign test's p); "
     f"{level.replace('it contains', 'the Holm CI contains')}unresolved: otherwise, or fewer than 2 pairs."
+    + (
+      f" did not learn: the row (or, named, its baseline) did not learn on a paired seed (best validation accuracy "
+      f"not above chance + {sweep.learn_margin:g} points): not tested, not counted in the family."
+      if sweep.chance
+      else ""
+    )
   )
 
 

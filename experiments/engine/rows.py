@@ -30,6 +30,9 @@ class Row:
   keys: tuple[str, ...] = ()  # the runs' directories under runs/ (stored_rows), in seed order
   unscored: tuple[tuple[str, int], ...] = ()  # (key, seed) of finished runs without the protocol's value
   seeds: tuple[int, ...] = ()  # the seed of each accuracy (paired differences pair rows by seed)
+  # The best validation accuracy (%) of each seed's run (summary `best_validation`), nan where its record has none:
+  # whether a run learned at all (`Sweep.chance`) is judged on validation, which the test value never selects.
+  validations: tuple[float, ...] = ()
 
   @property
   def n(self) -> int:

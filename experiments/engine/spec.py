@@ -89,6 +89,10 @@ class Sweep:
   table has trained and its record is written (an analysis that needs the run's checkpoint, which is not
   committed: `experiments.spectrum.store_run_spectrum`); it returns a line to print. Not called for runs already
   finished. A failure is reported as the run's failure (its record stays); redo the analysis by hand.
+  `chance`: table name -> the best validation accuracy (%) of a model that learned nothing (the validation split's
+  most frequent label, 50 on a balanced binary task). A run of such a table learned iff its best validation
+  accuracy exceeds chance by more than `learn_margin` points; a row takes part in a paired verdict only where it
+  and its baseline learned on every paired seed (`experiments.engine.paired`), else it reads "did not learn".
   """
 
   runs: tuple[Run, ...]
@@ -101,6 +105,8 @@ class Sweep:
   higher_is_better: bool = True
   level_margin: float | None = None
   after_run: Mapping[str, Callable[[Path], str]] = dataclasses.field(default_factory=dict)
+  chance: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  learn_margin: float = 2.0
 
   def __post_init__(self):
     """Refuses a baseline row no run of its table reports to (a misspelt label), or a negative margin. A table
@@ -113,6 +119,11 @@ class Sweep:
           f"baselines: no run of table {table!r} has {column}={value!r}"
           + (f" ({column} values: {', '.join(found)})" if found else f" (no run of {table!r} has a {column!r} label)")
         )
+    if not self.learn_margin >= 0:
+      raise ConfigError(f"learn_margin must be >= 0, got {self.learn_margin!r}")
+    for table, level in self.chance.items():
+      if not 0 <= level < 100:
+        raise ConfigError(f"chance[{table!r}] must be a validation accuracy in [0, 100) %, got {level!r}")
     if self.level_margin is not None and not self.level_margin >= 0:
       raise ConfigError(f"level_margin must be >= 0 (or None), got {self.level_margin!r}")
 

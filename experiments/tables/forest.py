@@ -32,7 +32,8 @@ def forest_lines(
   width: int = WIDTH,
 ) -> list[str]:
   """The plot's lines. `intervals`: per row (mean, raw low, raw high, corrected low, corrected high), nan where the
-  row has too few pairs (drawn as 'no interval'). The axis spans every finite bound and zero."""
+  row has too few pairs (drawn as 'no interval'); corrected bounds nan alone: a row not tested, its raw interval
+  drawn and labelled 'raw'. The axis spans every finite bound and zero."""
   if not (len(labels) == len(intervals) == len(verdicts)):
     raise ValueError(
       f"labels, intervals and verdicts differ in length: {len(labels)}, {len(intervals)}, {len(verdicts)}"
@@ -59,6 +60,10 @@ def forest_lines(
       for c in range(_column(raw_low, low, high, width), _column(raw_high, low, high, width) + 1):
         bar[c] = "-"
       text = f"{signed(mean)} [{signed(holm_low)}, {signed(holm_high)}]"
+    elif math.isfinite(raw_low) and math.isfinite(raw_high):  # not tested (no Holm interval): the raw one alone
+      for c in range(_column(raw_low, low, high, width), _column(raw_high, low, high, width) + 1):
+        bar[c] = "-"
+      text = f"{signed(mean)} raw [{signed(raw_low)}, {signed(raw_high)}]"
     else:
       text = "no interval" if not math.isfinite(mean) else f"{signed(mean)} (one pair: no interval)"
     bar[zero] = "+" if bar[zero] in "=-" else "|"  # the zero line, '+' where an interval crosses it
@@ -76,8 +81,9 @@ def forest_table(comparisons: Sequence, digits: int, reference: str) -> str:
   for c in comparisons:
     label = " ".join(v for _, v in c.row.cell.labels if v) + (f" ({c.row.protocol})" if several else "")
     labels.append(f"{label} vs {reference}")
-    corrected = c.corrected or c.paired
-    intervals.append((c.paired.mean, c.paired.low, c.paired.high, corrected.low, corrected.high))
+    # A comparison not tested (a side did not learn, `experiments.engine.paired`) has no corrected interval.
+    holm = (c.corrected.low, c.corrected.high) if c.corrected is not None else (math.nan, math.nan)
+    intervals.append((c.paired.mean, c.paired.low, c.paired.high, *holm))
     verdicts.append(c.verdict)
   body = forest_lines(labels, intervals, verdicts, digits=digits)
   legend = "= Holm-corrected interval, - raw 95% interval, o mean, | zero; right: mean [Holm interval] verdict"

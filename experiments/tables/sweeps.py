@@ -150,15 +150,39 @@ def vit_sweep(table: str, base: Path) -> str:
 def lra_sweep(table: str, base: Path) -> str:
   """One Table 2 task of experiments/sweeps/lra.py: test accuracy (%) at the best validation evaluation of the
   `short` runs, beside the paper's converged number (its Image column is CIFAR-10), in the paper's column order."""
+  from experiments.engine.spec import load_sweep
+
   order = ("Trans.", "Reformer", "Performer", "Linformer", "Nystromformer", "Longformer", "YOSO-E", "PrimalFormer")
+  sweep = load_sweep(SWEEPS / "lra.py")
   body = []
   for row in _rows("lra", table, (*order, "Primal.+Trans.")):
     labels = dict(row.cell.labels)
     body.append([labels["dataset"], labels["model"], params("lra", row), _paper(row), mean_std(row)])
-    body[-1] += [_per_run(row), ran_on("lra", row), provenance("lra", row)]
-  header = ["task", "model", "params", "paper (Table 2)", "ours (`short`, test at best validation)", "time/run"]
-  header += ["ran on", "code"]
+    body[-1] += [learned_seeds(sweep, "lra", row), _per_run(row), ran_on("lra", row), provenance("lra", row)]
+  header = ["task", "model", "params", "paper (Table 2)", "ours (`short`, test at best validation)", "learned"]
+  header += ["time/run", "ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
+
+
+def learned_seeds(sweep, family: str, row) -> str:
+  """'3 of 3' seeds that learned (`experiments.engine.paired.learned`: best validation accuracy above the table's
+  chance level + the sweep's margin), with the learning rate(s) the runs tried where not every seed learned: such a
+  row takes part in no verdict. '-' where the table sets no chance level."""
+  from experiments.engine.paired import learned
+
+  flags = learned(sweep, row)
+  if flags is None:
+    return "-"
+  text = f"{sum(flags.values())} of {len(flags)}"
+  if all(flags.values()):
+    return text
+  rates = set()
+  for key in row.keys:
+    record = read_json(common.RESULTS / family / "sweep" / "runs" / key / "result.json", "a run's record")
+    rate = (record.get("config") or {}).get("optimizer", {}).get("learning_rate")
+    rates.add("not recorded" if rate is None else f"{rate:g}")
+  lr = ", ".join(sorted(rates))
+  return f"{text}: did not learn at the rate tried (lr {lr})" if not any(flags.values()) else f"{text} at lr {lr}"
 
 
 def training_tokens_per_second(run_dir: Path) -> float:
