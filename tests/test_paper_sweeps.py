@@ -78,6 +78,21 @@ def test_table1_plans_every_mechanism_dataset_seed_and_protocol():
     load_sweep(f"{UEA_SWEEP}:protocols=honest+sloppy")
 
 
+def test_table1_seeds_adds_seeds_of_the_table1_models_after_every_other_run():
+  sweep = load_sweep(UEA_SWEEP)
+  ten = load_sweep(f"{UEA_SWEEP}:table1_seeds=10")
+  extra = ten.runs[len(sweep.runs) :]
+  assert ten.runs[: len(sweep.runs)] == sweep.runs and len(extra) == 3 * 5 * 2
+  assert [(r.protocol, r.seed) for r in extra] == [
+    (p, s) for p in ("honest", "release") for s in range(5, 10) for _ in "abc"
+  ]
+  models = {(r.cell.table, dict(r.cell.labels)["dataset"], _model(r)) for r in extra}
+  assert models == {("table1_all", "JapaneseVowels", m) for m in ("softmax", "primalformer", "primal_plus")}
+  # Seeds 5-9 are new configs; the same cells at seeds 0-4 are table1_all's runs.
+  assert len(select(plan(ten.runs), ["table1_all"])) == 220 + 30
+  assert load_sweep(f"{UEA_SWEEP}:table1_seeds=5").runs == sweep.runs
+
+
 def test_eta_table_pairs_each_eta_with_zero_and_reuses_table1_all_at_the_release_eta():
   sweep = load_sweep(UEA_SWEEP)
   runs = [r for r in sweep.runs if r.cell.table == "eta"]
