@@ -120,3 +120,17 @@ def test_lra_table_follows_the_papers_column_order_and_marks_missing_seeds(tmp_p
   assert lines[4].startswith("| ListOps | Primal.+Trans. | - | 37.3 | 30.0 (n = 1) |")
   with pytest.raises(ValueError, match="no finished runs of table 'image'"):
     render_table("lra:image", tmp_path)
+
+
+def test_d4rl_table_of_one_env_shows_that_envs_rows_alone():
+  """`d4rl:<table>:<env>` (README's Hopper table) renders the committed records of that environment only; an env
+  with no run is refused by name."""
+  from experiments.docs_tables import render_table
+  from experiments.tables.common import ROOT
+
+  lines = render_table("d4rl:table4_all:hopper", ROOT).splitlines()[2:]
+  everything = render_table("d4rl:table4_all", ROOT).splitlines()[2:]
+  assert lines and all(line.startswith("| hopper | medium |") for line in lines)
+  assert lines == [line for line in everything if line.startswith("| hopper |")] and len(everything) > len(lines)
+  with pytest.raises(ValueError, match="no finished run of table 'table4_all' in env 'walker2d'"):
+    render_table("d4rl:table4_all:walker2d", ROOT)

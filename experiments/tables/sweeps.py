@@ -121,10 +121,15 @@ def _paper(row) -> str:
 
 
 def d4rl_sweep(table: str, base: Path) -> str:
-  """One offline-RL table: the paper's score (D4RL data), ours (embedded data) and the dataset's own score."""
+  """One offline-RL table: the paper's score (D4RL data), ours (embedded data) and the dataset's own score.
+  `<table>:<env>` shows that environment's rows alone."""
+  table, _, env = table.partition(":")
   datasets = read_json(common.RESULTS / "d4rl" / "datasets.json", "the datasets' record")
+  rows = [row for row in _rows("d4rl", table) if not env or dict(row.cell.labels).get("env") == env]
+  if not rows:
+    raise ValueError(f"d4rl:{table}:{env}: no finished run of table {table!r} in env {env!r}")
   body = []
-  for row in sorted(_rows("d4rl", table), key=lambda row: row.cell.labels):
+  for row in sorted(rows, key=lambda row: row.cell.labels):
     labels = dict(row.cell.labels)
     data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
     setting = _setting(labels, ("env", "dataset", "model"), default="release")
