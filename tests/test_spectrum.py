@@ -417,14 +417,17 @@ def test_docs_tables_render_the_arms_and_their_paired_differences(tmp_path, monk
   lines = text.splitlines()
   assert "| softmax | block_0 | softmax | 3 | 0, 1, 2 | 5.00 ± 1.00 | 12.00 ± 2.00 |" in lines
   assert "| eta=0.5 | block_1 | primal | 3 | 2, 0, 1 | 1.00 ± 0.00 | 2.00 ± 0.00 |" in lines
-  # -2 ± 2.484 and -2.833 ± 0.717 (the numbers of the test above, to two decimals).
-  assert (
-    "| eta=0.5 | softmax | block_0 | 3 | -2.00 [-4.48, +0.48] | unresolved | -2.83 [-3.55, -2.12] | fewer |" in lines
-  )
-  assert (
-    "| eta=0.5 | softmax | block_1 | 3 | +0.00 [+0.00, +0.00] | unresolved | +0.00 [+0.00, +0.00] | unresolved |"
-    in lines
-  )
+  # -2 ± 2.484 and -2.833 ± 0.717 (the numbers of the test above, to two decimals), raw. Holm over the table's 4
+  # comparisons: sd 1.0 and 0.2887 give p 0.0742 and 0.00344 (t = -3.46 and -17.0 on 2 df), block_1's p = 1 (no
+  # spread, mean 0). The 99% one ranks first: level 1 - 0.05 / 4, t_{0.99375, 2} = 8.8602, half 8.8602 * 0.2887 /
+  # sqrt 3 = 1.477, adjusted p 4 * 0.00344 = 0.0138: fewer. The 90% one ranks second: t_{1 - 0.05 / 6, 2} = 7.6488,
+  # half 4.415, adjusted p max(0.0138, 3 * 0.0742) = 0.223: unresolved.
+  holm_90, holm_99 = "[-6.42, +2.42] | unresolved", "[-4.31, -1.36] | fewer"
+  row = f"| eta=0.5 | softmax | block_0 | 3 | -2.00 [-4.48, +0.48] | {holm_90} | -2.83 [-3.55, -2.12] | {holm_99} |"
+  assert row in lines
+  zero = "+0.00 [+0.00, +0.00] | [+0.00, +0.00] | unresolved"
+  assert f"| eta=0.5 | softmax | block_1 | 3 | {zero} | {zero} |" in lines
+  assert "4 comparisons (both energy levels) are one family, Holm-corrected" in text
   assert "paired by seed" in text and "(spectrum_trial/spectrum.json)" in text
   # The per-run table still renders (now naming each run's seed); a record without arms is refused by name.
   assert "| eta=0.5 (seed 2) | 10 | 3.00 / 11.00 | 1.00 / 2.00 |" in docs_tables.render_table(

@@ -135,3 +135,22 @@ def test_holm_adjusts_step_down_on_a_worked_example():
   assert holm([0.6, 0.7]).tolist() == [1.0, 1.0]  # capped at 1
   with pytest.raises(ValueError, match="p-values must lie in"):
     holm([1.5])
+
+
+def test_summary_statistics_give_the_same_p_and_interval_as_the_differences():
+  """`summary_p_value` / `summary_interval` from (n, mean, std) alone equal the paired test and interval computed
+  from the differences (1, 2, 3, 4, 5 against zeros: mean 3, sd sqrt(2.5)), and refuse what cannot be tested."""
+  from experiments.engine.stats import paired_p_value, summary_interval, summary_p_value
+
+  a, b = {s: float(s + 1) for s in range(5)}, dict.fromkeys(range(5), 0.0)
+  sd = math.sqrt(2.5)
+  assert summary_p_value(5, 3.0, sd) == pytest.approx(paired_p_value(a, b), rel=1e-12)
+  t = 3.0 / (sd / math.sqrt(5))  # 4.2426 on 4 df: two-sided p 0.01324
+  assert summary_p_value(5, 3.0, sd) == pytest.approx(0.013236, abs=2e-6) and t == pytest.approx(4.2426, abs=1e-4)
+  low, high = summary_interval(5, 3.0, sd, 0.95)
+  p = paired_difference(a, b)
+  assert (low, high) == (pytest.approx(p.low), pytest.approx(p.high))
+  assert high - 3.0 == pytest.approx(T_975_4 * sd / math.sqrt(5))
+  assert math.isnan(summary_p_value(1, 3.0, None)) and math.isnan(summary_p_value(3, 1.0, math.nan))
+  assert summary_p_value(3, 0.0, 0.0) == 1.0 and summary_p_value(3, 2.0, 0.0) == 0.25  # the sign test
+  assert all(math.isnan(x) for x in summary_interval(3, 1.0, 0.5, math.nan))

@@ -78,8 +78,7 @@ def paired_difference(
     mean = float(differences[0]) if n else math.nan
     return Paired(n, mean, math.nan, math.nan, math.nan, UNRESOLVED)
   mean, std = float(np.mean(differences)), float(np.std(differences, ddof=1))
-  half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * std / math.sqrt(n)
-  low, high = mean - half, mean + half
+  low, high = summary_interval(n, mean, std, confidence)
   verdict = _verdict(low, high, margin)
   if std == 0 and mean != 0 and 2 * 0.5**n >= 1 - confidence:  # no spread: the sign test cannot tell yet
     verdict = UNRESOLVED
@@ -97,11 +96,27 @@ def paired_p_value(a: Mapping[int, float], b: Mapping[int, float]) -> float:
   n = len(differences)
   if n < 2 or not np.all(np.isfinite(differences)):
     return math.nan
-  mean, std = float(np.mean(differences)), float(np.std(differences, ddof=1))
+  return summary_p_value(n, float(np.mean(differences)), float(np.std(differences, ddof=1)))
+
+
+def summary_p_value(n: int, mean: float, std: float | None) -> float:
+  """`paired_p_value` from the differences' count, mean and sample std alone (a record that kept only those): nan
+  below 2 pairs or for a nan / missing value; the sign test's p where std is 0 with a nonzero mean."""
+  if n < 2 or std is None or not (math.isfinite(mean) and math.isfinite(std)):
+    return math.nan
   if std == 0:
     return 1.0 if mean == 0 else min(1.0, 2 * 0.5**n)
   t = mean / (std / math.sqrt(n))
   return float(2 * stats.t.sf(abs(t), n - 1))
+
+
+def summary_interval(n: int, mean: float, std: float | None, confidence: float) -> tuple[float, float]:
+  """The Student-t interval mean ± t_{(1 + confidence) / 2, n - 1} std / sqrt(n) (as `paired_difference`'s) from
+  the summary statistics; (nan, nan) below 2 pairs, for a missing std or a nan confidence."""
+  if n < 2 or std is None or not (math.isfinite(std) and math.isfinite(confidence)):
+    return math.nan, math.nan
+  half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * std / math.sqrt(n)
+  return mean - half, mean + half
 
 
 def holm(p_values: list[float] | np.ndarray) -> np.ndarray:

@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from experiments.engine import stats
 from experiments.tables import common
 from experiments.tables.common import link, minutes, pct
 from experiments.tables.sweeps import mean_std
@@ -262,22 +264,38 @@ def spectrum(name: str, base: Path) -> str:
   return markdown.table(header, body, numeric_from=1) + "\n\n" + caption
 
 
-# The verdicts of `experiments.engine.stats` in the words of a component count (arm - reference).
-_FEWER = {"lower": "fewer", "higher": "more", "level": "level", "unresolved": "unresolved"}
-
-
 def _spread(stat: dict) -> str:
   """'mean ± std' over models (the mean alone for one model)."""
   return f"{stat['mean']:.2f}" if stat["std"] is None else f"{stat['mean']:.2f} ± {stat['std']:.2f}"
 
 
-def _difference(entry: dict | None) -> tuple[str, str]:
-  """'+0.50 [-0.10, +1.10]' and the verdict of one paired entry; '-' where the layer was not paired."""
+def holm_spectrum_entries(entries: list[dict], confidence: float) -> list[dict]:
+  """Each stored paired entry of one spectrum table (n, mean, std of the per-seed differences arm - reference)
+  with its paired t test's p, Holm's adjusted p over the table's entries (one family), the interval at its Holm
+  step's level and the corrected verdict: "fewer" / "more" components where the adjusted p is <= 1 - confidence,
+  "unresolved" otherwise (the records keep the raw 95% intervals; nothing is recomputed from the spectra)."""
+  p_values = [stats.summary_p_value(e["n"], e["mean"], e["std"]) for e in entries]
+  adjusted = stats.holm(p_values)
+  levels = stats.holm_confidences(p_values, confidence)
+  out = []
+  for e, p, p_holm, level in zip(entries, p_values, adjusted, levels, strict=True):
+    low, high = stats.summary_interval(e["n"], e["mean"], e["std"], level)
+    verdict = ("fewer" if e["mean"] < 0 else "more") if p_holm <= 1 - confidence else "unresolved"
+    out.append(e | {"p": p, "p_holm": float(p_holm), "holm_low": low, "holm_high": high, "holm_verdict": verdict})
+  return out
+
+
+def _difference(entry: dict | None) -> list[str]:
+  """'+0.50 [-0.10, +1.10]' (the raw interval), the Holm interval and the corrected verdict of one paired entry;
+  '-' where the layer was not paired."""
   if entry is None:
-    return "-", "-"
+    return ["-", "-", "-"]
   mean, low, high = (markdown.fixed(entry[k], 2, "+") for k in ("mean", "low", "high"))
-  text = f"{mean} [{low}, {high}]"
-  return text, _FEWER[entry["verdict"]]
+  if math.isnan(entry["holm_low"]):
+    corrected = "-"
+  else:
+    corrected = f"[{markdown.fixed(entry['holm_low'], 2, '+')}, {markdown.fixed(entry['holm_high'], 2, '+')}]"
+  return [f"{mean} [{low}, {high}]", corrected, entry["holm_verdict"]]
 
 
 def spectrum_arms(name: str, base: Path) -> str:
@@ -302,7 +320,8 @@ def spectrum_arms(name: str, base: Path) -> str:
     why = "not paired (--nopaired)" if section["paired"] is None else "nothing paired (one arm, or no shared layer)"
     source = link(path, base, "spectrum.json")
     return f"{text}\n\nComponents for 90% / 99% of the energy ({over}), over the arm's models; {why}; {source}."
-  found = {(p["arm"], p["reference"], p["layer"], p["stat"]): p for p in section["paired"]}
+  corrected = holm_spectrum_entries(section["paired"], section["confidence"])
+  found = {(p["arm"], p["reference"], p["layer"], p["stat"]): p for p in corrected}
   pairs = list(dict.fromkeys(key[:3] for key in found))
   rows = []
   for arm, reference, block in pairs:
@@ -310,11 +329,14 @@ def spectrum_arms(name: str, base: Path) -> str:
     n = (k90 or k99)["n"]
     rows.append([arm, reference, block, n, *_difference(k90), *_difference(k99)])
   confidence = f"{100 * section['confidence']:g}%"
-  header = ["arm", "vs", "layer", "pairs", f"90%: diff. [{confidence} CI]", "verdict", f"99%: diff. [{confidence} CI]"]
-  paired = markdown.table([*header, "verdict"], rows, aligns=["l", "l", "l", "r", "r", "l", "r", "l"])
+  header = ["arm", "vs", "layer", "pairs", f"90%: diff. [{confidence} CI]", "Holm CI", "verdict"]
+  header += [f"99%: diff. [{confidence} CI]", "Holm CI", "verdict"]
+  paired = markdown.table(header, rows, aligns=["l", "l", "l", "r", "r", "r", "l", "r", "r", "l"])
   caption = (
     f"Components for 90% / 99% of the energy ({over}): mean ± sample std over the arm's models, layers matched by "
-    f"block. Differences arm - reference paired by seed with their Student-t {confidence} interval: fewer / more "
-    f"where the interval excludes zero, unresolved otherwise; {link(path, base, 'spectrum.json')}."
+    f"block. Differences arm - reference paired by seed with their Student-t {confidence} interval; the table's "
+    f"{len(corrected)} comparisons (both energy levels) are one family, Holm-corrected (Holm CI: the interval at "
+    f"the comparison's Holm step level): fewer / more where Holm's adjusted p is <= {1 - section['confidence']:.2g}, "
+    f"unresolved otherwise; {link(path, base, 'spectrum.json')}."
   )
   return f"{text}\n\n{paired}\n\n{caption}"
