@@ -45,6 +45,7 @@ from experiments.tables import (
   efficiency,
   forest,
   gemv_chain,
+  paired_docs,
   results,
   step_profile,
   sweeps,
@@ -84,7 +85,8 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "lra": sweeps.lra_sweep,  # lra:listops, lra:image, lra:pathfinder (the names in TABLES are matched first)
   "lm": sweeps.lm_sweep,
   "lm_throughput": sweeps.lm_throughput,
-  "paired": sweeps.paired_sweep,
+  "paired": paired_docs.paired_sweep,
+  "tuned": paired_docs.tuned_sweep,
   "forest": forest.forest_sweep,
   "decoding": decoding.docs_table,
   "decoding_scaling": decoding.docs_scaling_table,

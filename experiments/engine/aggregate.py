@@ -6,11 +6,13 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from experiments.engine import tuning
 from experiments.engine.paired import PAIRED_CSV, paired_csv, paired_markdown
 from experiments.engine.records import RESULT_FILE, read_result
 from experiments.engine.rows import Cell, Row
@@ -36,10 +38,17 @@ def summary_value(summary: dict, protocol: str) -> float | None:
 
 
 def validation_value(summary: dict) -> float:
-  """A run's best validation accuracy in % (summary `best_validation.accuracy`), nan where it has none."""
+  """A run's best validation score in the tables' units (summary `best_validation`: accuracy in %, the D4RL
+  normalised score or bits per byte), nan where it has none."""
   entry = summary.get("best_validation") if isinstance(summary, Mapping) else None
-  value = entry.get("accuracy") if isinstance(entry, Mapping) else None
-  return float("nan") if value is None else 100.0 * float(value)
+  if not isinstance(entry, Mapping):
+    return float("nan")
+  if entry.get("accuracy") is not None:
+    return 100.0 * float(entry["accuracy"])
+  for name in ("normalized_score", "bits_per_byte"):
+    if entry.get(name) is not None:
+      return float(entry[name])
+  return float("nan")
 
 
 def unscored_line(key: str, cell: Cell, seed: int | str, protocol: str) -> str:
@@ -145,7 +154,7 @@ def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) 
         values += [_fmt(row, sweep.digits), f"{row.n}/{row.planned}" if row else "-"]
       body.append(values)
     out += [f"### {sweep.titles.get(table, table)}", "", markdown.table(header, body, numeric_from=len(columns)), ""]
-    out += paired_markdown(sweep, rows, table)
+    out += tuned_markdown(sweep, rows, table) + paired_markdown(sweep, rows, table)
   if walls:
     out.append(
       f"{len(walls)} distinct runs finished; wall time {sum(walls) / 3600:.2f} h in all, {np.mean(walls):.0f} s "
@@ -163,6 +172,20 @@ def results_markdown(sweep: Sweep, rows: Sequence[Row], walls: Sequence[float]) 
     out += ["", "Finished runs left out of the tables:", ""]
     out += [f"- {unscored_line(key, row.cell, seed, row.protocol)}" for row, (key, seed) in flagged]
   return "\n".join(out) + "\n"
+
+
+def tuned_markdown(sweep: Sweep, rows: Sequence[Row], table: str) -> list[str]:
+  """The lines after a tuned table (`Sweep.tuned`): each group's mean validation per tried value and its choice."""
+  if table not in sweep.tuned:
+    return []
+  column = sweep.tuned[table]
+  lines = [f"Chosen on validation ({column}: mean best-validation score over seeds per value tried):", ""]
+  for choice in tuning.choose(rows, table, column, higher_is_better=sweep.higher_is_better):
+    labels = " ".join(v for _, v in choice.labels)
+    tried = ", ".join(f"{v}: {'-' if math.isnan(m) else f'{m:.{sweep.digits}f}'}" for v, m in choice.tried)
+    chosen = choice.chosen if choice.chosen is not None else "pending (a value's runs have not all finished)"
+    lines.append(f"- {labels} ({choice.protocol}): {tried}; chosen {chosen}")
+  return [*lines, ""]
 
 
 def results_csv(rows: Sequence[Row]) -> str:

@@ -32,7 +32,7 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 
-from experiments.engine import stats
+from experiments.engine import stats, tuning
 from experiments.engine.rows import Row
 from experiments.engine.spec import Sweep
 from primal_jax import markdown
@@ -99,6 +99,8 @@ def _others(row: Row, column: str) -> tuple:
 def comparisons(sweep: Sweep, rows: Sequence[Row], table: str) -> list[Comparison]:
   """The comparisons of `table` (named in `sweep.baselines`), in the order of `rows`, Holm-corrected as a family."""
   column, value = sweep.baselines[table]
+  if table in sweep.tuned:  # each group's value chosen on validation: only the chosen rows are paired
+    rows = tuning.tuned_rows(rows, table, sweep.tuned[table], higher_is_better=sweep.higher_is_better)
   mine = [row for row in rows if row.cell.table == table and column in dict(row.cell.labels)]
   baselines = {_others(row, column): row for row in mine if dict(row.cell.labels)[column] == value}
   pairs = []

@@ -93,6 +93,9 @@ class Sweep:
   most frequent label, 50 on a balanced binary task). A run of such a table learned iff its best validation
   accuracy exceeds chance by more than `learn_margin` points; a row takes part in a paired verdict only where it
   and its baseline learned on every paired seed (`experiments.engine.paired`), else it reads "did not learn".
+  `tuned`: table name -> a label column whose values are a grid every row of the table is trained at (one tuning
+  protocol for every mechanism); each group's value is chosen on validation and only the chosen rows are paired
+  (`experiments.engine.tuning`).
   """
 
   runs: tuple[Run, ...]
@@ -107,6 +110,7 @@ class Sweep:
   after_run: Mapping[str, Callable[[Path], str]] = dataclasses.field(default_factory=dict)
   chance: Mapping[str, float] = dataclasses.field(default_factory=dict)
   learn_margin: float = 2.0
+  tuned: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     """Refuses a baseline row no run of its table reports to (a misspelt label), or a negative margin. A table
@@ -119,6 +123,9 @@ class Sweep:
           f"baselines: no run of table {table!r} has {column}={value!r}"
           + (f" ({column} values: {', '.join(found)})" if found else f" (no run of {table!r} has a {column!r} label)")
         )
+    for table, column in self.tuned.items():
+      if self.baselines.get(table, (None,))[0] == column:
+        raise ConfigError(f"table {table!r} pairs on {column!r}, the column it tunes: pair on another label")
     if not self.learn_margin >= 0:
       raise ConfigError(f"learn_margin must be >= 0, got {self.learn_margin!r}")
     for table, level in self.chance.items():

@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from experiments.engine.aggregate import stored_rows
 from experiments.engine.paired import comparisons
-from experiments.tables.sweeps import paired_target
+from experiments.tables.paired_docs import docs_rows, paired_target
 from primal_jax import markdown
 
 WIDTH = 41  # characters of the axis
@@ -93,7 +92,7 @@ def forest_table(comparisons: Sequence, digits: int, reference: str) -> str:
 def forest_sweep(arg: str, base) -> str:
   """`forest:<family>:<table>[:<label>]`: the forest plot of the docs table `paired:<same>`."""
   folder, sweep, table = paired_target(arg)
-  found = comparisons(sweep, stored_rows(folder), table)
+  found = comparisons(sweep, docs_rows(folder, sweep, table), table)
   if not found:
     raise ValueError(f"forest:{arg}: no finished row of table {table!r} in {folder / 'runs'}")
   _, reference = sweep.baselines[table]

@@ -272,7 +272,6 @@ def eta_table(folder: Path, sweep, source, value: str, digits: int = 1) -> str:
   `source(model, eta)` names the (table, labels) whose finished runs stand for that row (the same configs,
   trained for another table before this one existed and recorded only there), or None for the eta table's own
   records; a sourced row ignores the eta table's own records of it, so no run counts twice."""
-  import dataclasses
 
   from experiments.engine.aggregate import stored_rows
   from experiments.engine.paired import paired_note, paired_table
@@ -328,44 +327,3 @@ def sweep_folder(family: str) -> Path:
   its runs sit there (uea, under its `RECORD_FOLDERS` name)."""
   folder = common.RESULTS / RECORD_FOLDERS.get(family, family)
   return folder / "sweep" if (folder / "sweep").is_dir() else folder
-
-
-def paired_docs_table(folder: Path, sweep, table: str) -> str:
-  """The paired differences of `table` against its baseline row (`sweep.baselines`, the verdicts in the
-  direction of `sweep.higher_is_better`) from the run records in `folder`/runs."""
-  from experiments.engine.aggregate import stored_rows
-  from experiments.engine.paired import paired_table
-
-  if table not in sweep.baselines:
-    raise ValueError(
-      f"the sweep names no baseline for table {table!r} (baselines: {', '.join(sweep.baselines) or 'none'})"
-    )
-  text = paired_table(sweep, stored_rows(folder), table)
-  if not text:
-    raise ValueError(f"no finished row of table {table!r} in {folder / 'runs'} to compare with its baseline")
-  return text
-
-
-def paired_target(arg: str) -> tuple[Path, object, str]:
-  """(run folder, sweep, table) named by `<family>:<table>[:<label>]`: experiments/sweeps/<family>.py (its default
-  argument) with, given `<label>`, every row of `<table>` paired with the row of that label instead."""
-  from experiments.engine.spec import load_sweep
-
-  family, _, rest = arg.partition(":")
-  table, _, reference = rest.partition(":")
-  if not table:
-    raise ValueError(f"paired:{arg}: name a family and a table, paired:<family>:<table>[:<label>]")
-  sweep = load_sweep(SWEEPS / f"{family}.py")
-  if reference:
-    if table not in sweep.baselines:
-      raise ValueError(f"paired:{arg}: the sweep names no column to pair table {table!r} on")
-    column, _ = sweep.baselines[table]
-    sweep = dataclasses.replace(sweep, baselines={**sweep.baselines, table: (column, reference)})
-  return sweep_folder(family), sweep, table
-
-
-def paired_sweep(arg: str, base: Path) -> str:
-  """`paired:<family>:<table>`: `paired_docs_table` of experiments/sweeps/<family>.py (its default argument) on the
-  family's run records (`sweep_folder`). `paired:<family>:<table>:<label>` pairs every row with the row labelled
-  `<label>` instead (in the column the sweep pairs on, e.g. every Table 2 row against PrimalFormer: is it best?)."""
-  return paired_docs_table(*paired_target(arg))

@@ -1,0 +1,92 @@
+"""One tuning protocol for every mechanism (experiments.engine.tuning): each group's value chosen on validation,
+only the chosen rows paired, a group with an unfinished value pending; checked on hand-made rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from experiments.engine.paired import comparisons
+from experiments.engine.rows import Cell, Row
+from experiments.engine.spec import Run, Sweep
+from experiments.engine.tuning import choose, tuned_rows
+from primal_jax.errors import ConfigError
+
+
+def _row(model: str, lr: str, tests: dict[int, float], validations: dict[int, float], planned: int = 3) -> Row:
+  seeds = tuple(sorted(tests))
+  cell = Cell("t", (("model", model), ("lr", lr)))
+  return Row(
+    cell,
+    "rollouts",
+    tuple(tests[s] for s in seeds),
+    planned=planned,
+    wall_seconds=(1.0,) * len(seeds),
+    seeds=seeds,
+    validations=tuple(validations[s] for s in seeds),
+  )
+
+
+ROWS = [
+  # DT: validation 30 at 1e-4, 40 at 1e-3 -> 1e-3 (its test numbers at 1e-4 are higher: they must not choose).
+  _row("DT", "1e-4", {0: 50.0, 1: 51.0, 2: 52.0}, {0: 29.0, 1: 30.0, 2: 31.0}),
+  _row("DT", "1e-3", {0: 40.0, 1: 41.0, 2: 42.0}, {0: 39.0, 1: 40.0, 2: 41.0}),
+  # Primal: 35 at 1e-4 against 34 at 1e-3 -> 1e-4.
+  _row("Primal", "1e-4", {0: 44.0, 1: 45.0, 2: 47.0}, {0: 35.0, 1: 35.0, 2: 35.0}),
+  _row("Primal", "1e-3", {0: 60.0, 1: 60.0, 2: 60.0}, {0: 34.0, 1: 34.0, 2: 34.0}),
+  # Linear: its 1e-3 runs are not all finished -> pending.
+  _row("Linear", "1e-4", {0: 40.0, 1: 41.0, 2: 42.0}, {0: 50.0, 1: 50.0, 2: 50.0}),
+  _row("Linear", "1e-3", {0: 40.0}, {0: 99.0}),
+]
+
+
+def _sweep(**kwargs) -> Sweep:
+  runs = tuple(Run("uea:smoke", row.cell) for row in ROWS)
+  return Sweep(runs, baselines={"t": ("model", "DT")}, tuned={"t": "lr"}, **kwargs)
+
+
+def test_each_group_chooses_its_value_on_mean_validation_not_on_test():
+  dt, primal, linear = choose(ROWS, "t", "lr")
+  assert (dt.chosen, primal.chosen, linear.chosen) == ("1e-3", "1e-4", None)
+  assert dt.tried == (("1e-4", 30.0), ("1e-3", 40.0)) and primal.tried == (("1e-4", 35.0), ("1e-3", 34.0))
+  assert dt.row.cell == Cell("t", (("model", "DT"),)) and dt.row.accuracies == (40.0, 41.0, 42.0)
+  assert linear.row is None and linear.tried[1] == ("1e-3", 99.0)  # one seed of three: no choice yet
+  # Lower is better (bits per byte): the lower mean validation wins.
+  assert [c.chosen for c in choose(ROWS, "t", "lr", higher_is_better=False)[:2]] == ["1e-4", "1e-3"]
+  # A tie goes to the first value of the grid.
+  tie = [dataclasses.replace(ROWS[0], validations=(39.0, 40.0, 41.0)), ROWS[1]]
+  assert choose(tie, "t", "lr")[0].chosen == "1e-4"
+  # A finished run without a validation value cannot be chosen on: pending.
+  blind = [dataclasses.replace(ROWS[0], validations=(29.0, math.nan, 31.0)), ROWS[1]]
+  assert choose(blind, "t", "lr")[0].chosen is None
+
+
+def test_only_the_chosen_rows_are_paired_and_pending_groups_are_left_out():
+  """Primal at 1e-4 (44, 45, 47) against DT at 1e-3 (40, 41, 42): differences 4, 4, 5, mean 4.33; Linear is
+  pending, so it is not compared at all (not a 0-pair row)."""
+  (c,) = comparisons(_sweep(), ROWS, "t")
+  assert c.row.cell.labels == (("model", "Primal"),) and c.baseline.cell.labels == (("model", "DT"),)
+  assert c.paired.n == 3 and c.paired.mean == pytest.approx(13 / 3)
+  kept = tuned_rows(ROWS, "t", "lr")
+  assert [dict(r.cell.labels) for r in kept] == [{"model": "DT"}, {"model": "Primal"}]
+
+
+def test_a_sweep_refuses_pairing_on_the_column_it_tunes():
+  with pytest.raises(ConfigError, match="table 't' pairs on 'lr', the column it tunes"):
+    Sweep((Run("uea:smoke", ROWS[0].cell),), baselines={"t": ("lr", "1e-4")}, tuned={"t": "lr"})
+
+
+def test_d4rl_table4_tuned_reuses_table4_all_and_adds_the_baselines_at_1e_3():
+  from experiments.engine.spec import load_sweep, plan, select
+
+  sweep = load_sweep("experiments/sweeps/d4rl.py")
+  tuned = select(plan(sweep.runs), ["table4_tuned"])
+  assert sweep.tuned == {"table4_tuned": "learning_rate"} and len(tuned) == 7 * 2 * 3
+  shared = [p for p in tuned if any(r.cell.table == "table4_all" for r in p.runs)]
+  assert len(shared) == 27  # 7 mechanisms at their release rate + the two controls, 3 seeds each
+  new = [p for p in tuned if p not in shared]
+  models = {dict(i.split("=") for i in p.runs[0].config.split(":")[1].split(",") if "=" in i)["model"] for p in new}
+  assert {p.config.optimizer.learning_rate for p in new} == {1e-3}
+  assert models == {"linear", "reformer", "performer", "cosformer", "flowformer"} and len(new) == 15
