@@ -1,7 +1,8 @@
 """Image corruptions at five severities, seeded and written as code (not data), for distribution-shift tests.
 
 In the spirit of CIFAR-10-C / ImageNet-C (Hendrycks & Dietterich, 2019), five kinds, each a pure NumPy function
-of uint8 images [n, H, W, C] -> uint8 images of the same shape (computed in float64 on [0, 1], clipped, rounded):
+of uint8 images [n, H, W, C] -> uint8 images of the same shape (computed in float64 on [0, 1], clipped,
+rounded)::
 
   gaussian_noise  x + N(0, sigma^2), sigma = ImageNet-C's (0.08, 0.12, 0.18, 0.26, 0.38)
   shot_noise      Poisson(x * lam) / lam, lam = ImageNet-C's (60, 25, 12, 5, 3)

@@ -1,6 +1,6 @@
 """The uncertainty evaluation of trained classifiers: failure prediction, calibration, shift and OOD detection.
 
-Per method (how a trained model's predictive probabilities are formed) and per trained model:
+Per method (how a trained model's predictive probabilities are formed) and per trained model::
 
   msp          the softmax model's own probabilities (one deterministic forward), confidence = their maximum
   temperature  the same logits divided by T, T fitted on the validation split by NLL (`calibration.fit_temperature`)
