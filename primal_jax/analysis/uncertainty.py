@@ -193,7 +193,7 @@ def reliability_bins(confidence, correct, bins: int = ECE_BINS) -> ReliabilityBi
 
 
 def expected_calibration_error(confidence, correct, bins: int = ECE_BINS) -> float:
-  """sum_b |mean conf_b - accuracy_b| n_b / n, accumulated in float32 as the release does."""
+  """``sum_b |mean conf_b - accuracy_b| n_b / n``, accumulated in float32 as the release does."""
   rel = reliability_bins(confidence, correct, bins)
   n = np.float32(np.asarray(confidence).size)
   ece = np.float32(0.0)

@@ -224,7 +224,7 @@ def problems(config) -> list[str]:
 
 
 def check_config(config) -> None:
-  """Raises ConfigError with every refusal of `config` on one line (`; ` between them); reads only."""
+  """Raises ConfigError with every refusal of `config` on one line (``"; "`` between them); reads only."""
   found = problems(config)
   if found:
     raise ConfigError("; ".join(found))
