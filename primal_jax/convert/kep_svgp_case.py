@@ -217,7 +217,8 @@ VALID_PY = {
 
 def run_kep_metrics(case) -> dict[str, np.ndarray]:
   """Case `kep_metrics`: the release's `CIFAR/utils/metrics.py` on fixed predictions (by
-  `primal_jax.analysis.uncertainty`). Not computed: `inter/roc_thresholds` (scikit-learn's thresholds, the first of them +inf)."""
+  `primal_jax.analysis.uncertainty`). Not computed: `inter/roc_thresholds` (scikit-learn's thresholds, the first
+  of them +inf)."""
   from primal_jax.analysis import uncertainty as U
 
   probs, labels, logits = case.inputs["softmax"], case.inputs["labels"], case.inputs["logits"]
