@@ -210,7 +210,8 @@ def test_generation_runs(tmp_path, monkeypatch):
   assert _images(nb) == 2
 
 
-@pytest.mark.slow  # ~45 s CPU: two ViTs' training steps and posterior-draw evaluations to compile
+# Not marked slow (~45 s CPU: two ViTs' training steps and posterior-draw evaluations to compile): issue 56 asks
+# for this notebook to execute in CI at smoke size, and CI's default stages run the fast suite only.
 def test_uncertainty_runs(tmp_path, monkeypatch):
   """Issue 56 item 6: a user's ViT switched to KEP-SVGP in one line, trained on CE + KSVD + KL, evaluated with the
   uncertainty metrics from posterior draws; the figure is drawn."""
