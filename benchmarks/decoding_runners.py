@@ -60,13 +60,13 @@ def build(variant: str, context: int, args) -> tuple[CausalLM, dict]:
 
 def synthetic_cache(cache: dict, position: int, seed: int = 0) -> dict:
   """`cache` as if `position` tokens had been decoded: random keys, values and running sums, every position
-  counter (the model's `position`, each softmax layer's `index`, each Primal layer's `count`) at `position`."""
+  counter (the model's `position`, each softmax layer's `cache_index`, each Primal layer's `count`) at `position`."""
   leaves, treedef = jax.tree_util.tree_flatten_with_path(cache)
   keys = jax.random.split(jax.random.key(seed), len(leaves))
   filled = []
   for (path, leaf), key in zip(leaves, keys, strict=True):
     name = jax.tree_util.keystr(path[-1:]).strip("[]'\"")
-    if name in ("position", "index", "count"):
+    if name in ("position", "cache_index", "count"):
       filled.append(jnp.full(leaf.shape, position, leaf.dtype))
     else:
       filled.append(jax.random.normal(key, leaf.shape, leaf.dtype))

@@ -117,11 +117,11 @@ def test_softmax_decoding_equals_full_causal_forward():
   params = random_params(full, x)
   expected = np.asarray(full.apply({"params": params}, x))
   cache = dec.init(jax.random.key(0), x)["cache"]  # its length is the maximum length
-  chex.assert_shape(cache["cached_key"], (B * H, P, N))  # laid out for the decode contraction
+  chex.assert_shape(cache["cached_key"], (B, H, P, N))  # batch-leading, positions last for the decode contraction
   for chunks in ([1] * N, [5] + [1] * (N - 5)):
     out, final = _decode(dec, params, cache, x, chunks)
     ref.assert_rel_close(out, expected, 1e-5, str(chunks))
-    assert int(final["index"]) == N
+    assert int(final["cache_index"]) == N
 
 
 def test_softmax_decode_rejects_mask():

@@ -128,14 +128,10 @@ def test_lm1b_pattern_decoding_and_sampler_loop_equal_the_full_forward(lm):
   np.testing.assert_array_equal(sequence[:, 1:], greedy[:, :-1])
 
 
-LAYOUT_PENDING = pytest.mark.xfail(
-  strict=True, reason="softmax cache leaves are [B * H, p, L] until the batch-leading layout lands (issue 53)"
-)
-
-
-@pytest.mark.parametrize("name", [pytest.param("softmax", marks=LAYOUT_PENDING), "primal"])
+@pytest.mark.parametrize("name", sorted(LINEN))
 def test_wmt_pattern_beam_gather_along_axis_zero_of_every_cache_leaf(name):
-  """wmt's gather_beams: every non-scalar cache leaf indexed along axis 0 (scalars, e.g. the index, kept)."""
+  """wmt's gather_beams: every non-scalar cache leaf indexed along axis 0 (scalars, e.g. the cache index, kept);
+  every such leaf leads with the batch axis, as Flax's (softmax: cached_key/cached_value [B, H, p, L])."""
   batch = 3
   tokens = jnp.asarray(np.random.default_rng(1).integers(1, VOCAB, (batch, LENGTH)), jnp.int32)
   params = nn.unbox(TinyLM(name).init(jax.random.key(0), tokens)["params"])
@@ -146,6 +142,7 @@ def test_wmt_pattern_beam_gather_along_axis_zero_of_every_cache_leaf(name):
   for i in range(3):
     _, updates = step(cache, tokens[:, i : i + 1])
     cache = updates["cache"]
+  assert all(x.ndim == 0 or x.shape[0] == batch for x in jax.tree.leaves(cache))
   order = jnp.array([2, 0, 2])  # beams reordered, one duplicated
   gathered = jax.tree.map(lambda x: x if x.ndim == 0 else x[order], cache)
   out, _ = step(gathered, tokens[order, 3:4])

@@ -272,7 +272,7 @@ def test_primal_cache_independent_of_max_len():
   p = LM["dim"] // LM["num_heads"]
   assert primal_16 == primal_40 == {"sum_q": (B, 2, p), "sum_k": (B, 2, p), "count": (B,)}
   softmax_16, softmax_40 = (shapes[m]["decoder"]["block_0"]["attention"] for m in (16, 40))
-  assert softmax_16["cached_key"] == (B * 2, p, 16) and softmax_40["cached_key"] == (B * 2, p, 40)
+  assert softmax_16["cached_key"] == (B, 2, p, 16) and softmax_40["cached_key"] == (B, 2, p, 40)
 
 
 def test_causal_lm_rejects_data_dependent_primal():

@@ -40,8 +40,9 @@ class SoftmaxAttention(AttentionShell):
     num_kv_heads: grouped-query attention: H_kv key/value heads, each shared by H / H_kv query heads.
     decode: incremental decoding as Flax's: a key/value cache sized by the first (initialising) call's
       length, each call's chunk written at the cache index and attending to the cache up to itself. The
-      cache holds keys and values [B * H_kv, p, max_len] (`_decode_attend`) and the scalar index; a
-      chunk of another batch, or past the cache's end, is refused.
+      cache, named as Flax's, holds `cached_key` and `cached_value` [B, H_kv, p, max_len] (batch-leading;
+      positions last for the decode contraction, `_decode_attend`) and the scalar `cache_index`; a chunk of
+      another batch, or past the cache's end, is refused.
     The rest: see `AttentionShell`.
   """
 
@@ -50,6 +51,7 @@ class SoftmaxAttention(AttentionShell):
   supports_decode: ClassVar[bool] = True
   softmax_hooks: ClassVar[bool] = True
   supports_kv_groups: ClassVar[bool] = True
+  native_kv_groups: ClassVar[bool] = True
   decode_needs_causal: ClassVar[bool] = False
 
   def validate(self) -> None:
@@ -140,23 +142,22 @@ class SoftmaxAttention(AttentionShell):
   def _decode_attend(self, q, k, v, deterministic, dropout_rng, sow_weights):
     """A chunk of T queries [B, T, H, p] against the cache, after writing the chunk's keys and values into it.
 
-    The cache is laid out for the decode contraction (`_decode_cache`): keys and values [B * H_kv, p, max_len],
-    so q K^T and p V are batched matrix-vector products (one batch axis, B * H_kv; a group's G = H / H_kv query
-    heads and the chunk's T positions stacked as rows) whose long axis is the cache's contiguous minor one: each
-    reads the cache once, in place. (A [B, max_len, H, p] cache made XLA transpose every layer's keys and values
-    at every token; [B, H, p, max_len], batch first, makes XLA:CPU duplicate the cache write into the reshape
-    its dot needs when B = 1, copying the whole cache at every token (tests/test_decoding.py's in-place test);
-    positions-major values made XLA:CPU's p V run at a tenth of the memory bandwidth.) The unfilled tail is
-    masked on the scores only. Under `jit` with the cache donated, the chunk's write is in place.
+    The cache is batch-leading, as Flax's (a beam search gathers every leaf along axis 0), and laid out for the
+    decode contraction (`_decode_cache`): keys and values [B, H_kv, p, max_len], so q K^T and p V are batched
+    matrix-vector products (batch axes B and H_kv; a group's G = H / H_kv query heads and the chunk's T positions
+    stacked as rows) whose long axis is the cache's contiguous minor one: each reads the cache once, in place.
+    (Flax's [B, max_len, H, p] made XLA transpose every layer's keys and values at every token; positions-major
+    values made XLA:CPU's p V run at a tenth of the memory bandwidth.) The unfilled tail is masked on the scores
+    only. Under `jit` with the cache donated, the chunk's write is in place.
     """
     batch, chunk, heads, p = q.shape
     kv_heads = k.shape[2]
     group = heads // kv_heads
-    cached_k, cached_v, allowed, ok = self._decode_cache(k, v)  # [B Hkv, p, L] x 2, [T, L], [B]
+    cached_k, cached_v, allowed, ok = self._decode_cache(k, v)  # [B, Hkv, p, L] x 2, [T, L], [B]
     message = f"SoftmaxAttention decode: the chunk runs past the cache's {cached_k.shape[-1]} positions"
     if self.flax_core or self.impl == "dot_product_attention":
       # The layout Flax's and jax.nn's attention take ([B, L, H, p]), as a transposed view of the cache.
-      view = lambda c: self.repeat_kv(jnp.transpose(c.reshape(batch, kv_heads, p, -1), (0, 3, 1, 2)))  # noqa: E731
+      view = lambda c: self.repeat_kv(jnp.transpose(c, (0, 3, 1, 2)))  # noqa: E731
       if self.flax_core:
         keys, values = view(cached_k), view(cached_v)
         out = self._flax_attend(q, keys, values, allowed[None, None], deterministic, None, sow_weights)
@@ -164,15 +165,16 @@ class SoftmaxAttention(AttentionShell):
         self._refuse_sowing(sow_weights)
         out = jax.nn.dot_product_attention(q, view(cached_k), view(cached_v), mask=allowed[None, None])
       return refuse_unhonoured(out, ok, message, self.debug_checks)
-    # [B, T, H, p] -> [B Hkv, G T, p]: a group's query heads and the chunk's positions as rows.
+    # [B, T, H, p] -> [B, Hkv, G T, p]: a group's query heads and the chunk's positions as rows.
     rows = jnp.transpose(q.reshape(batch, chunk, kv_heads, group, p), (0, 2, 3, 1, 4))
-    scores = jnp.einsum("grd,gdl->grl", rows.reshape(batch * kv_heads, group * chunk, p), cached_k)
-    weights = self._weights(scores, jnp.tile(allowed, (group, 1)), p, q.dtype)  # [B Hkv, G T, L]
+    scores = jnp.einsum("bkrd,bkdl->bkrl", rows.reshape(batch, kv_heads, group * chunk, p), cached_k)
+    weights = self._weights(scores, jnp.tile(allowed, (group, 1)), p, q.dtype)  # [B, Hkv, G T, L]
     full = weights.reshape(batch, heads, chunk, -1)  # [B, H, T, L]
     if sow_weights:
       self.sow("intermediates", "attention_weights", full)
     full = self.apply_dropout(full, deterministic, dropout_rng, (1,) if self.broadcast_dropout else ())
-    out = jnp.einsum("grl,gdl->grd", full.reshape(batch * kv_heads, group * chunk, -1), cached_v)  # [B Hkv, G T, p]
+    rows = full.reshape(batch, kv_heads, group * chunk, -1)
+    out = jnp.einsum("bkrl,bkdl->bkrd", rows, cached_v)  # [B, Hkv, G T, p]
     out = jnp.transpose(out.reshape(batch, kv_heads, group, chunk, p), (0, 3, 1, 2, 4)).reshape(q.shape)
     return refuse_unhonoured(out.astype(q.dtype), ok, message, self.debug_checks)
 
@@ -180,24 +182,23 @@ class SoftmaxAttention(AttentionShell):
     """Writes a chunk of T keys/values [B, T, H_kv, p] at the cache index; returns the cache, the [T, L] mask and
     [B] ok (False where the chunk would run past the cache: its outputs are refused, never silently wrong).
 
-    The cache ([B * H_kv, p, max_len] keys and values, sequence-and-head major, positions contiguous, and the
-    scalar index) and its length are fixed by the initialising call, whose own chunk is the maximum length.
-    A chunk of another batch than the cache's, or one past its end (when the index is concrete), raises
-    ValueError; under `jit` the outputs of a chunk past the end are NaN (the write is clamped by XLA).
+    The cache, named as Flax's (`cached_key`, `cached_value` [B, H_kv, p, max_len], batch-leading with positions
+    contiguous, and the scalar `cache_index`), and its length are fixed by the initialising call, whose own chunk
+    is the maximum length. A chunk of another batch than the cache's, or one past its end (when the index is
+    concrete), raises ValueError; under `jit` the outputs of a chunk past the end are NaN.
     """
     batch, chunk, kv_heads, p = k.shape
-    k, v = (jnp.transpose(x, (0, 2, 3, 1)).reshape(batch * kv_heads, p, chunk) for x in (k, v))  # [B Hkv, p, T]
+    k, v = (jnp.transpose(x, (0, 2, 3, 1)) for x in (k, v))  # [B, Hkv, p, T]
     initialized = self.has_variable("cache", "cached_key")
     cached_k = self.variable("cache", "cached_key", jnp.zeros, k.shape, k.dtype)
     cached_v = self.variable("cache", "cached_value", jnp.zeros, v.shape, v.dtype)
-    index = self.variable("cache", "index", lambda: jnp.array(0, jnp.int32))
+    index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
     max_len = cached_k.value.shape[-1]
     if not initialized:  # the initialising call attends over its own chunk; the cache it creates stays zero
       return k, v, jnp.tril(jnp.ones((chunk, chunk), bool)), jnp.ones((batch,), bool)
-    if cached_k.value.shape[:2] != k.shape[:2]:
-      cache_batch = cached_k.value.shape[0] // kv_heads
+    if cached_k.value.shape[:3] != k.shape[:3]:
       raise ValueError(
-        f"SoftmaxAttention decode: inputs of batch {batch} against a cache of batch {cache_batch} "
+        f"SoftmaxAttention decode: inputs of batch {batch} against a cache of batch {cached_k.value.shape[0]} "
         "(decode the batch the cache was initialised with)"
       )
     start = index.value
@@ -207,10 +208,19 @@ class SoftmaxAttention(AttentionShell):
         f"SoftmaxAttention decode: positions {int(start)}..{int(end) - 1} run past the cache's {max_len} "
         "positions (set by the initialising call's length)"
       )
-    ok = jnp.broadcast_to(end <= max_len, (batch,))
+    fits = end <= max_len
     zero = jnp.zeros((), start.dtype)  # one index dtype, also under jax_enable_x64
-    cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k.astype(cached_k.value.dtype), (zero, zero, start))
-    cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v.astype(cached_v.value.dtype), (zero, zero, start))
+    write = lambda cache, x: jax.lax.dynamic_update_slice(cache, x.astype(cache.dtype), (zero, zero, zero, start))  # noqa: E731
+    if batch == 1:
+      # The write sits in a conditional (taken whenever the chunk fits; past the end it writes nothing): XLA:CPU
+      # would otherwise fuse it into the reshape its batched dot makes of a batch-1 cache (the size-1 axis dropped)
+      # and copy the whole cache at every token (tests/test_decoding.py's in-place test). A larger batch needs no
+      # reshape, so no conditional (and its fixed cost); past the end XLA clamps that write, the outputs are NaN.
+      cached_k.value, cached_v.value = jax.lax.cond(
+        fits, lambda kv: (write(kv[0], k), write(kv[1], v)), lambda kv: kv, (cached_k.value, cached_v.value)
+      )
+    else:
+      cached_k.value, cached_v.value = write(cached_k.value, k), write(cached_v.value, v)
     index.value = end
     allowed = jnp.arange(max_len)[None, :] <= (start + jnp.arange(chunk))[:, None]  # [T, L]
-    return cached_k.value, cached_v.value, allowed, ok
+    return cached_k.value, cached_v.value, allowed, jnp.broadcast_to(fits, (batch,))
