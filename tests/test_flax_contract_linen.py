@@ -34,7 +34,7 @@ OPTIONS = {
 
 
 def layer(name, **kwargs):
-  return ATTENTIONS[name](num_heads=H, **{**OPTIONS.get(name, {}), **kwargs})
+  return ATTENTIONS[name](**{"num_heads": H, **OPTIONS.get(name, {}), **kwargs})
 
 
 def x_of(shape, seed=0, dtype=np.float32):
@@ -247,10 +247,72 @@ def test_grouped_query_attention():
   np.testing.assert_allclose(run(gqa, params, x), expected, rtol=1e-5, atol=1e-6)
   dec = gqa.clone(decode=True)
   cache = dec.init(jax.random.key(0), x)["cache"]
-  assert cache["cached_key"].shape == (B * 1, D // heads, N)
+  assert cache["cached_key"].shape == (B, 1, D // heads, N)
   for t in range(N):
     y, state = dec.apply({"params": params, "cache": cache}, x[:, t : t + 1], mutable=["cache"])
     cache = state["cache"]
     np.testing.assert_allclose(y[:, 0], expected[:, t], rtol=1e-5, atol=1e-6)
-  with pytest.raises(ValueError, match="num_kv_heads"):
-    layer("primal", num_kv_heads=1).init(jax.random.key(0), x)
+
+
+KV_HEADS = 4  # H = 4 query heads in 2 groups of 2 (D = 8: head width 2)
+# The causal, decodable form of each mechanism that decodes (its own options for it).
+DECODE = {
+  "softmax": {}, "gpt2": {}, "linear": {}, "performer": {}, "flowformer": {},
+  "cosformer": {"horizon": N}, "primal": {"data_dependent": False},
+}  # fmt: skip
+
+
+def _repeat_heads(params, names, group):
+  return {k: (jax.tree.map(lambda a: jnp.repeat(a, group, axis=-2), v) if k in names else v) for k, v in params.items()}
+
+
+def _grouped_params(module, x):
+  """The layer's initial parameters, each shifted by a ramp (no two heads of a kernel or a bias alike)."""
+  params = module.init({"params": jax.random.key(1), "redraw": jax.random.key(2)}, x)["params"]
+  return jax.tree.map(lambda a: a + 0.1 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape) / a.size, params)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_num_kv_heads_equals_repeated_heads_or_is_refused(name):
+  """num_kv_heads=2 of 4 heads: equal to the layer with 4 key/value heads whose kernels repeat each shared head
+  (the definition of grouped-query attention); a decoding mechanism decodes its full causal forward from a cache
+  whose key/value state is per key/value head (half the size where the state is of keys and values alone);
+  a mechanism whose keys are its queries refuses it in one line naming the argument."""
+  grouped = layer(name, num_heads=KV_HEADS, num_kv_heads=2)
+  x = x_of((B, N, D), 8)
+  if not ATTENTIONS[name].supports_kv_groups:
+    with pytest.raises(ValueError, match=r"^num_kv_heads=2 \(< num_heads=4\) is not supported by .*: its keys are"):
+      grouped.init(jax.random.key(0), x)
+    return
+  params = _grouped_params(grouped, x)
+  kv = {"key", "value"} & set(params)
+  assert all(params[k]["kernel"].shape[-2] == 2 for k in kv)
+  full = layer(name, num_heads=KV_HEADS)
+  np.testing.assert_allclose(run(grouped, params, x), run(full, _repeat_heads(params, kv, 2), x), rtol=1e-5,
+                             atol=1e-6)  # fmt: skip
+  if name not in DECODE:
+    return
+  options = {"causal": True, **DECODE[name]}
+  causal = grouped.clone(**options)
+  params = _grouped_params(causal, x)  # Primal's causal form has data-independent weights of other shapes
+  expected = run(causal, params, x)
+  np.testing.assert_allclose(expected, run(full.clone(**options), _repeat_heads(params, kv, 2), x), rtol=1e-5,
+                             atol=1e-6)  # fmt: skip
+  dec = causal.clone(decode=True)
+  cache = dec.init(jax.random.key(0), x)["cache"]
+  ungrouped = full.clone(decode=True, **options).init(jax.random.key(0), x)["cache"]
+  heads = {k: (v.shape, ungrouped[k].shape) for k, v in cache.items() if v.ndim > 1}
+  kv_only = ATTENTIONS[name].native_kv_groups or getattr(ATTENTIONS[name], "kv_only_state", False)
+  shrunk = {k for k, (g, u) in heads.items() if g != u}
+  assert all(g[:1] + g[2:] == u[:1] + u[2:] and 2 * g[1] == u[1] for k, (g, u) in heads.items() if k in shrunk)
+  if kv_only:
+    assert shrunk == set(heads), heads  # every head-carrying leaf per key/value head
+  elif name == "primal":
+    assert shrunk == {"sum_k"}, heads  # the query sums stay per query head
+  else:
+    assert not shrunk, heads  # flowformer: its flows sum queries too, a state per query head
+  step = jax.jit(lambda c, x_t: dec.apply({"params": params, "cache": c}, x_t, mutable=["cache"]))
+  for t in range(N):
+    y, state = step(cache, x[:, t : t + 1])
+    cache = state["cache"]
+    np.testing.assert_allclose(y[:, 0], expected[:, t], rtol=2e-5, atol=2e-6)

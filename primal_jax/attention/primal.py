@@ -77,6 +77,9 @@ class PrimalAttention(AttentionShell):
     debug_checks: raise ValueError on NaN/inf inputs (costs a host sync).
     decode: incremental causal decoding; the `cache` collection holds the
       running sums of q and k per head (O(1) memory in the sequence length).
+    num_kv_heads: grouped key heads (there are no values): each key projection head shared by
+      num_heads / num_kv_heads query heads, W_e, W_r and Lambda per query head; the decoding cache keeps the
+      key sums per key head.
     The rest mirror `nn.MultiHeadDotProductAttention`.
   """
 
@@ -93,6 +96,9 @@ class PrimalAttention(AttentionShell):
 
   projections: ClassVar[tuple[str, ...]] = ("query", "key")
   supports_decode: ClassVar[bool] = True
+  # Grouped key heads: head h's r-scores are phi(x W_k,g(h)) W_r,h|X, a key projection shared by a group of query
+  # heads with W_e, W_r, Lambda still per query head (each head's asymmetric kernel and KSVD terms as before).
+  supports_kv_groups: ClassVar[bool] = True
   self_attention_only: ClassVar[bool] = True  # W_e|X and W_r|X come from one sequence's rows
 
   @property
@@ -301,21 +307,21 @@ class PrimalAttention(AttentionShell):
     initialized = self.has_variable("cache", "sum_q")
     f32 = jnp.float32
     sum_q = self.variable("cache", "sum_q", jnp.zeros, (batch, heads, p), f32)
-    sum_k = self.variable("cache", "sum_k", jnp.zeros, (batch, heads, p), f32)
+    sum_k, store_k = self.kv_state("sum_k", jnp.zeros((batch, heads, p), f32))  # per key head when grouped
     count = self.variable("cache", "count", jnp.zeros, (batch,), f32)
     w = jnp.ones((batch, chunk), f32) if valid is None else valid.astype(f32)  # [B, T]
     counts = count.value[:, None] + jnp.cumsum(w, axis=1)  # [B, T]
     denom = jnp.maximum(counts, 1.0)[:, None, :, None]
     run_q = sum_q.value[:, :, None] + jnp.cumsum(q.astype(f32) * w[:, None, :, None], axis=2)
-    run_k = sum_k.value[:, :, None] + jnp.cumsum(k.astype(f32) * w[:, None, :, None], axis=2)
+    run_k = sum_k[:, :, None] + jnp.cumsum(k.astype(f32) * w[:, None, :, None], axis=2)
     q_mean, k_mean = (run_q / denom).astype(q.dtype), (run_k / denom).astype(k.dtype)
     offset = None
-    if feature_fn is not None:
-      sum_phi_k = self.variable("cache", "sum_phi_k", jnp.zeros, (batch, heads, p), f32)
-      offset = sum_phi_k.value
+    if feature_fn is not None:  # one random-feature projection for all heads: equal within a key group too
+      offset, store_phi_k = self.kv_state("sum_phi_k", jnp.zeros((batch, heads, p), f32))
     if initialized:
-      sum_q.value, sum_k.value, count.value = run_q[:, :, -1], run_k[:, :, -1], counts[:, -1]
+      sum_q.value, count.value = run_q[:, :, -1], counts[:, -1]
+      store_k(run_k[:, :, -1])
       if feature_fn is not None:
         phi_k = feature_fn(k_mean).astype(f32) * w[:, None, :, None]
-        sum_phi_k.value = offset + jnp.sum(phi_k, axis=2)
+        store_phi_k(offset + jnp.sum(phi_k, axis=2))
     return q_mean, k_mean, offset

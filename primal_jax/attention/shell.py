@@ -57,8 +57,9 @@ class AttentionShell(nn.Module):
 
   Attributes:
     num_heads: H.
-    num_kv_heads: key/value heads (grouped-query attention; None = `num_heads`); only mechanisms with
-      `supports_kv_groups` accept fewer.
+    num_kv_heads: key/value heads (grouped-query attention; None = `num_heads`): each key/value head is shared
+      by `num_heads / num_kv_heads` query heads, the layer equal to one whose key/value kernels repeat their
+      heads; only mechanisms with `supports_kv_groups` accept fewer (the others have no key heads to share).
     causal: causal attention (a mechanism without a causal form refuses it).
     init_style: "flax", "torch" or "gpt2" (see `primal_jax.initializers`).
     debug_checks: raise ValueError on NaN/inf inputs (costs a host sync).
@@ -79,7 +80,10 @@ class AttentionShell(nn.Module):
   (Primal-Attention has no value projection); `supports_causal` and `supports_decode`, whether `causal` /
   `decode` may be True; `self_attention_only`, whether the keys input must have the queries input's shape;
   `softmax_hooks`, whether `attention_fn` and the einsum hooks drive its core; `supports_kv_groups`,
-  whether `num_kv_heads < num_heads` is defined for it; `decode_needs_causal`, whether `decode=True` asks
+  whether `num_kv_heads < num_heads` is defined for it (`kv_groups_refusal` says why not), and
+  `native_kv_groups`, whether its `attend` takes the H_kv key/value heads itself (else the shell repeats them
+  to H before `attend`; a decoding state of keys and values only is then kept per key/value head,
+  `kv_state`); `decode_needs_causal`, whether `decode=True` asks
   for `causal=True` (softmax's cache masks to its own index, as Flax's does, so it does not).
   """
 
@@ -120,6 +124,8 @@ class AttentionShell(nn.Module):
   self_attention_only: ClassVar[bool] = False
   softmax_hooks: ClassVar[bool] = False
   supports_kv_groups: ClassVar[bool] = False
+  native_kv_groups: ClassVar[bool] = False
+  kv_groups_refusal: ClassVar[str] = "grouped key/value heads are not defined for it"
   decode_needs_causal: ClassVar[bool] = True
 
   def validate(self) -> None:
@@ -198,11 +204,32 @@ class AttentionShell(nn.Module):
     padding = jnp.ones((batch, length), bool) if padding is None else padding
     self.sow(SPECTRUM_COLLECTION, kind, {"matrix": matrix_fn(), "padding": padding})
 
-  def repeat_kv(self, x: jax.Array | None) -> jax.Array | None:
-    """[B, M, H_kv, p] -> [B, M, H, p], each key/value head shared by its group of query heads."""
-    if x is None or x.shape[-2] == self.num_heads:
+  def repeat_kv(self, x: jax.Array | None, axis: int = -2) -> jax.Array | None:
+    """[B, M, H_kv, p] -> [B, M, H, p] (heads on `axis`), each key/value head shared by its group of query heads."""
+    if x is None or x.shape[axis] == self.num_heads:
       return x
-    return jnp.repeat(x, self.num_heads // x.shape[-2], axis=-2)
+    return jnp.repeat(x, self.num_heads // x.shape[axis], axis=axis)
+
+  def kv_state(self, name: str, zeros: jax.Array):
+    """A decoding-state variable `name` of the `cache` collection whose zeros are [B, H, ...] (heads on axis 1):
+    (its value [B, H, ...], `store(new)`), kept as [B, H_kv, ...] with grouped key/value heads.
+
+    Only for a state computed from keys and values alone: the query heads of a group then hold equal states, so
+    one per key/value head is kept (the cache shrinks by H / H_kv) and repeated on reading. `store` is a no-op in
+    the initialising call (its state stays zero).
+    """
+    kv_heads = self.num_kv_heads or self.num_heads
+    group = self.num_heads // kv_heads
+    initialized = self.has_variable("cache", name)
+    shrink = lambda x: x.reshape(x.shape[0], kv_heads, group, *x.shape[2:])[:, :, 0]  # noqa: E731
+    variable = self.variable("cache", name, lambda: shrink(zeros) if zeros.ndim > 1 else zeros)
+
+    def store(new: jax.Array) -> None:
+      if initialized:
+        variable.value = (shrink(new) if new.ndim > 1 else new).astype(variable.value.dtype)
+
+    value = variable.value
+    return (self.repeat_kv(value, axis=1) if value.ndim > 1 else value), store
 
   # ---- the call ----------------------------------------------------------------------------------------
 
@@ -224,8 +251,8 @@ class AttentionShell(nn.Module):
       check_divisible(self.num_heads, self.num_kv_heads, "num_heads", "num_kv_heads")
       if self.num_kv_heads != self.num_heads and not self.supports_kv_groups:
         raise ValueError(
-          f"num_kv_heads={self.num_kv_heads} (< num_heads) is not supported by {name}: grouped key/value heads "
-          "are not defined for it (it has no per-head keys and values to share)"
+          f"num_kv_heads={self.num_kv_heads} (< num_heads={self.num_heads}) is not supported by {name}: "
+          f"{self.kv_groups_refusal}"
         )
     self.validate()
 
@@ -302,6 +329,8 @@ class AttentionShell(nn.Module):
     batch = tuple(inputs_q.shape[:-2])
     q_len, k_len = inputs_q.shape[-2], inputs_k.shape[-2]
     projected = {name: flat_batch(x, 3).astype(dtype) for name, x in projected.items()}  # [B, N|M, H, p]
+    if not self.native_kv_groups:  # grouped key/value heads shared by repetition: [B, M, H_kv, p] -> [B, M, H, p]
+      projected.update({name: self.repeat_kv(projected[name]) for name in ("key", "value") if name in projected})
     heads_out = self.attend(
       projected["query"],
       projected.get("key"),

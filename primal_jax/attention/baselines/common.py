@@ -60,8 +60,13 @@ def decode_carry(module, zeros: dict[str, jax.Array]) -> tuple[dict[str, jax.Arr
   """A decoding layer's running state in the `cache` collection: (current values, `store(new)`).
 
   `zeros` gives each variable's initial value. The initialising call creates the variables and `store`
-  leaves them untouched (so `init` returns the zero state), as `PrimalAttention` does.
+  leaves them untouched (so `init` returns the zero state), as `PrimalAttention` does. A mechanism whose state
+  is computed from keys and values alone (`kv_only_state`) keeps it per key/value head with grouped heads
+  (`AttentionShell.kv_state`: [B, H_kv, ...] leaves, H / H_kv times smaller).
   """
+  if getattr(module, "kv_only_state", False):
+    pairs = {k: module.kv_state(k, z) for k, z in zeros.items()}
+    return {k: value for k, (value, _) in pairs.items()}, lambda new: [pairs[k][1](new[k]) for k in pairs]
   initialized = module.has_variable("cache", next(iter(zeros)))
   variables = {k: module.variable("cache", k, lambda z=z: z) for k, z in zeros.items()}
   values = {k: var.value for k, var in variables.items()}
@@ -156,9 +161,14 @@ class BaselineAttention(AttentionShell):
     decode: True only where `supports_decode` (the constant-state mechanisms keep their running sums in
       the `cache` collection, `decode_carry`).
     causal: True only where `supports_causal`.
+    num_kv_heads: grouped key/value heads, shared by repetition before `attend_heads` (a mechanism whose keys
+      are its queries refuses it); a decoding state of keys and values alone (`kv_only_state`) is kept per
+      key/value head.
   """
 
   supports_causal: ClassVar[bool] = False
+  supports_kv_groups: ClassVar[bool] = True
+  kv_only_state: ClassVar[bool] = False
 
   def attend_heads(
     self,

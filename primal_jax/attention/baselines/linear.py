@@ -114,6 +114,7 @@ class KernelizedAttention(BaselineAttention):
 
   supports_causal: ClassVar[bool] = True
   supports_decode: ClassVar[bool] = True
+  kv_only_state: ClassVar[bool] = True  # sum_j phi(k_j) v_j^T and sum_j phi(k_j): per key/value head
 
   def features(self, q, k, offset):
     raise NotImplementedError

@@ -292,6 +292,7 @@ class PerformerAttention(BaselineAttention):
 
   supports_causal: ClassVar[bool] = True
   supports_decode: ClassVar[bool] = True
+  kv_only_state: ClassVar[bool] = True  # the key stabiliser and sums, one projection for all heads
 
   def validate(self):
     check_form(self.form, self.causal, "PerformerAttention")

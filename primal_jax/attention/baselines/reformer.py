@@ -189,6 +189,10 @@ class ReformerAttention(BaselineAttention):
 
   supports_causal: ClassVar[bool] = True
   self_attention_only: ClassVar[bool] = True
+  supports_kv_groups: ClassVar[bool] = False
+  kv_groups_refusal: ClassVar[str] = (
+    "its keys are its queries (one shared projection), so it has one key head per query head"
+  )
 
   def rng_streams(self) -> tuple[str, ...]:
     return (REDRAW_RNG,) if self.rotations == "per_call" else ()

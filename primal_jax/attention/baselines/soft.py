@@ -127,6 +127,10 @@ class SoftAttention(BaselineAttention):
 
   projections: ClassVar[tuple[str, ...]] = ("query", "value")
   self_attention_only: ClassVar[bool] = True
+  supports_kv_groups: ClassVar[bool] = False
+  kv_groups_refusal: ClassVar[str] = (
+    "its keys are its queries (the Gaussian kernel of one projection), so it has one key head per query head"
+  )
 
   def validate(self) -> None:
     check_choice(self.landmarks, LANDMARK_OPS, "landmarks")
