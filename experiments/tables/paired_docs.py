@@ -15,7 +15,7 @@ from experiments.tables.sweeps import mean_std, sweep_folder
 from primal_jax import markdown
 
 # The sweep argument the docs tables load a family's sweep file with (its broadest grid: d4rl's HalfCheetah rows).
-DOCS_SWEEP_ARGS = {"d4rl": "halfcheetah"}
+DOCS_SWEEP_ARGS = {"d4rl": "halfcheetah", "uea": "table1_seeds=10"}
 
 
 def docs_rows(folder: Path, sweep, table: str) -> list:
