@@ -84,7 +84,7 @@ def check_batch_and_length(inputs_q, projected: dict[str, jax.Array]) -> None:
 
 
 def flat_batch(x: jax.Array | None, tail: int) -> jax.Array | None:
-  """[batch_sizes..., *tail dims] -> [prod(batch_sizes), *tail dims] (a single axis of size 1 with none)."""
+  """``[batch_sizes..., *tail]`` -> ``[prod(batch_sizes), *tail]`` (a single axis of size 1 with none)."""
   if x is None:
     return None
   shape = x.shape[x.ndim - tail :]
