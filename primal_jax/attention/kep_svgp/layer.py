@@ -137,6 +137,9 @@ class KEPSVGPAttention(AttentionShell):
   projections: ClassVar[tuple[str, ...]] = ("query", "key")
   supports_causal: ClassVar[bool] = False
   self_attention_only: ClassVar[bool] = True
+  # Grouped key heads (`num_kv_heads`): as for Primal, head h's r-scores read its group's shared key projection
+  # while W_e, W_r, the posterior and its KL stay per query head; the shell repeats the key heads.
+  supports_kv_groups: ClassVar[bool] = True
 
   @property
   def sampled_rows(self) -> int:
