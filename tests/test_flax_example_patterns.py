@@ -213,3 +213,29 @@ def _minigpt_block_trains(name):
   # Causal, as the docs' generate_step needs: a position's logits ignore the tokens after it.
   other = tokens.at[:, 4:].set(0)
   np.testing.assert_allclose(model(tokens)[:, :4], model(other)[:, :4], rtol=1e-6, atol=1e-6)
+
+
+def test_data_independent_primal_decodes_with_flaxs_decode_flag_alone():
+  """Flax's wmt decoder self-attention: decode=True and no causal field, a causal mask in the full forward. A
+  data-independent cosine Primal layer maps each x_i alone, so it honours that mask and decodes a token at a time
+  with no state (its cache counts the tokens, batch-leading, for beam searches): equal to the full forward. Every
+  other Primal form still decodes its causal form only."""
+  from primal_jax.attention import PrimalAttention
+
+  x = jax.random.normal(jax.random.key(3), (3, 6, 8))
+  full = PrimalAttention(num_heads=2, data_dependent=False, low_rank=2)
+  params = full.init(jax.random.key(0), x)["params"]
+  expected = full.apply({"params": params}, x, mask=nn.make_causal_mask(jnp.ones((3, 6))))
+  dec = full.clone(decode=True)
+  cache = dec.init(jax.random.key(0), x)["cache"]
+  assert all(leaf.shape[0] == 3 for leaf in jax.tree.leaves(cache))
+  step = jax.jit(lambda c, x_t: dec.apply({"params": params, "cache": c}, x_t, mutable=["cache"]))
+  outs = []
+  for t in range(6):
+    out, updates = step(cache, x[:, t : t + 1])
+    cache = updates["cache"]
+    outs.append(out)
+  np.testing.assert_allclose(jnp.concatenate(outs, axis=1), expected, rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(cache["count"], [6.0, 6.0, 6.0])
+  with pytest.raises(ValueError, match=r"decode=True needs causal=True \(PrimalAttention decodes its causal form"):
+    PrimalAttention(num_heads=2, low_rank=2, num_samples=4, decode=True).init(jax.random.key(0), x)

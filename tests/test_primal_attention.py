@@ -516,7 +516,7 @@ X = np.zeros((B, N, D), np.float32)
     (dict(num_samples=NS), X, dict(mask=np.ones((B, N + 1), bool)), "mask"),
     (dict(num_samples=NS), X, dict(mask=np.ones((B, 1, N, N + 1), bool)), "mask"),
     (dict(causal=True), X, {}, "data_dependent"),
-    (dict(data_dependent=False, decode=True), X, {}, "decode"),
+    (dict(data_dependent=False, feature_map="softmax_kernel", decode=True), X, {}, "decode"),  # mixes positions
     (dict(feature_map="relu"), X, {}, "feature_map"),
     (dict(sampling="random"), X, {}, "sampling"),
     (dict(init_style="kaiming"), X, {}, "init_style"),

@@ -113,6 +113,13 @@ class PrimalAttention(AttentionShell):
     return "all" if self.data_dependent or self.feature_map != "cosine" else "self"
 
   @property
+  def decode_needs_causal(self) -> bool:
+    """Whether `decode=True` asks for `causal=True`: not for a data-independent cosine layer, whose output at
+    position i reads x_i alone ("self"), so it decodes a token at a time with no state (Flax's decode flag alone,
+    e.g. Flax's wmt decoder under a causal mask); every other form decodes its causal form."""
+    return self.mixed_pairs != "self"
+
+  @property
   def sampled_rows(self) -> int | None:
     """n, the number of sampled rows (None when data-independent)."""
     if not self.data_dependent:
@@ -198,10 +205,12 @@ class PrimalAttention(AttentionShell):
     feature_fn, normalize = self._features(p)
     offset = None
     running_mean = self.causal
-    if self.decode:
+    if self.decode and self.causal:
       q, k, offset = self._decode_state(_heads_major(q), _heads_major(k), valid, feature_fn if normalize else None)
       q, k = _heads_major(q), _heads_major(k)  # the chunk's running means, back to [B, T, H, p]
       running_mean = False
+    elif self.decode:  # pointwise ("self"): no state; the cache counts the tokens seen, batch-leading
+      self._count_tokens(valid, batch, length)
     head_options = dict(
       feature_map=feature_fn, running_mean=running_mean, normalize=normalize, causal_normalizer=self.causal
     )
@@ -293,6 +302,15 @@ class PrimalAttention(AttentionShell):
     # The analysis wants exact float32 products, not the TF32/bf16 passes accelerators use by default.
     with jax.default_matmul_precision("highest"):
       return induced_kernel(phi_q.astype(jnp.float32), phi_k.astype(jnp.float32), rows)
+
+  def _count_tokens(self, valid, batch: int, chunk: int) -> None:
+    """The pointwise decoding's cache: the number of real tokens seen per sequence [B] (Flax's examples read
+    `init(...)["cache"]`, and a batch-leading leaf is what beam searches gather)."""
+    initialized = self.has_variable("cache", "count")
+    count = self.variable("cache", "count", jnp.zeros, (batch,), jnp.float32)
+    if initialized:
+      seen = jnp.full((batch,), float(chunk)) if valid is None else jnp.sum(valid.astype(jnp.float32), axis=1)
+      count.value = count.value + seen
 
   def _decode_state(self, q, k, valid, feature_fn):
     """Running means of a chunk of T new tokens from the cached sums.
