@@ -20,7 +20,8 @@ def test_importing_the_package_registers_every_family_and_imports_none():
   code = "import sys, primal_jax; print(sorted(m for m in sys.modules if m.startswith('primal_jax.tasks.')))"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
   assert out.stdout.strip() == "[]", out.stdout + out.stderr
-  assert set(tasks.CONFIGS) == {family.config for family in tasks.FAMILIES} == {"uea", "lra", "lm", "d4rl", "vit", "uncertainty"}
+  names = {"uea", "lra", "lm", "d4rl", "vit", "uncertainty"}
+  assert set(tasks.CONFIGS) == {family.config for family in tasks.FAMILIES} == names
   for family in tasks.FAMILIES:
     assert tasks.CONFIGS.lazy_entry(family.config).module == f"primal_jax.tasks.{family.folder}.config"
     for task in family.tasks:
