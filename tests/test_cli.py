@@ -132,10 +132,11 @@ DATA_PREPARING = ("unknown_model_name", "learning_rate_nan", "ts_file_malformed"
 ERRORS = {
   "repo_path_elsewhere": r"--config=experiments/configs/uea\.py:smoke: config file experiments/configs/uea\.py does "
   r"not exist \(relative to .*elsewhere\); the packaged config of that name is --config=uea; packaged configs: "
-  r"d4rl, lm, lra, uea, vit",
+  r"d4rl, lm, lra, uea, uncertainty, vit",
   "missing_config_file": r"--config=configs/nope\.py: config file configs/nope\.py does not exist .*packaged configs: "
-  r"d4rl, lm, lra, uea, vit",
-  "unknown_config_name": r"--config=nope: unknown config name 'nope'; packaged configs: d4rl, lm, lra, uea, vit",
+  r"d4rl, lm, lra, uea, uncertainty, vit",
+  "unknown_config_name": r"--config=nope: unknown config name 'nope'; packaged configs: "
+  r"d4rl, lm, lra, uea, uncertainty, vit",
   "bad_config_argument": r"--config=uea:nonsense=1: unknown config argument 'nonsense'; accepted: dataset, model, "
   r"smoke$",
   "bad_config_value": r"--config=uea:smoke,model=nope: model must be one of primalformer, primal_plus, .*got 'nope'",
@@ -143,7 +144,7 @@ ERRORS = {
   r"--config\.optimizer\.learning_rate takes a float \(default 0\.001\)$",
   "override_unknown_field": r"--config\.optimizer\.lr: optimizer has no field 'lr'; its fields: .*learning_rate",
   "unknown_flag": r"Unknown command line flag 'bogus'; --config, --workdir, .*are accepted",
-  "no_config": r"--config is required: a packaged config \(d4rl, lm, lra, uea, vit\) or a config file",
+  "no_config": r"--config is required: a packaged config \(d4rl, lm, lra, uea, uncertainty, vit\) or a config file",
   "workdir_not_writable": r"--workdir=.*a_file/run: cannot write there \(Not a directory\)",
   "unknown_dataset": r"data\.dataset: source='aeon' has only BasicMotions, JapaneseVowels, not 'Nope'",
   "unknown_task": r"--config\.data\.task: data\.task must be one of \['d4rl', .*'uea'\], got 'nope'",
@@ -178,14 +179,14 @@ def test_help_lists_flags_and_how_to_name_a_config(runs, name):
   assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
   for text in ("--config=uea", "path/to/my_config.py", "--config.optimizer.learning_rate", "--workdir", "--debug"):
     assert text in result.stdout, text
-  assert "(d4rl, lm, lra, uea, vit)" in result.stdout  # the packaged configs, by name
+  assert "(d4rl, lm, lra, uea, uncertainty, vit)" in result.stdout  # the packaged configs, by name
 
 
 def test_list_configs_from_another_directory(runs):
   result = runs["list_configs"]
   assert result.returncode == 0, result.stderr[-2000:]
   names = [line.split()[0] for line in result.stdout.splitlines()]
-  assert names == ["d4rl", "lm", "lra", "uea", "vit"]
+  assert names == ["d4rl", "lm", "lra", "uea", "uncertainty", "vit"]
   assert "UEA multivariate time-series classification" in result.stdout
 
 

@@ -68,7 +68,9 @@ def test_sweep_plans_the_documented_runs():
   tables = [run.cell.table for run in sweep.runs]
   assert tables.count("hopper_medium") == 9 and tables.count("table4") == 10 and tables.count("table7") == 9
   assert tables.count("table4_all") == 27  # 7 mechanisms and the two learning-rate controls, 3 seeds
-  assert len(plan(sweep.runs)) == 52  # table 7's s = 96 runs are table4_all's Primal.+DT runs
+  assert tables.count("table4_tuned") == 7 * 2 * 3  # every mechanism at both learning rates, 3 seeds
+  # table 7's s = 96 runs are table4_all's Primal.+DT runs; table4_tuned adds only its five baselines at 1e-3.
+  assert len(plan(sweep.runs)) == 52 + 15
   assert all(run.protocol == "rollouts" and ":" in run.config and "short" in run.config for run in sweep.runs)
   wide = [run for run in sweep.runs if run.cell.table in ("table4_all", "table7")]
   assert all(run.config.endswith(",short,wide") for run in wide)
