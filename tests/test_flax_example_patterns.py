@@ -237,5 +237,13 @@ def test_data_independent_primal_decodes_with_flaxs_decode_flag_alone():
     outs.append(out)
   np.testing.assert_allclose(jnp.concatenate(outs, axis=1), expected, rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(cache["count"], [6.0, 6.0, 6.0])
+  # Another batch than the cache's is refused by both decoding forms (shapes are static, so under jit too).
+  for layer in (dec, full.clone(decode=True, causal=True)):
+    variables = {
+      "params": layer.init(jax.random.key(0), x)["params"],
+      "cache": layer.init(jax.random.key(0), x)["cache"],
+    }
+    with pytest.raises(ValueError, match=r"the chunk's batch \(1\) differs from the cache's \(3\)"):
+      jax.jit(lambda v, x_t, layer=layer: layer.apply(v, x_t, mutable=["cache"]))(variables, x[:1, :1])
   with pytest.raises(ValueError, match=r"decode=True needs causal=True \(PrimalAttention decodes its causal form"):
     PrimalAttention(num_heads=2, low_rank=2, num_samples=4, decode=True).init(jax.random.key(0), x)

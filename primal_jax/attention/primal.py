@@ -303,11 +303,18 @@ class PrimalAttention(AttentionShell):
     with jax.default_matmul_precision("highest"):
       return induced_kernel(phi_q.astype(jnp.float32), phi_k.astype(jnp.float32), rows)
 
+  @staticmethod
+  def _check_cache_batch(cached: int, batch: int) -> None:
+    """A decoding chunk of another batch than the cache's is refused (static shapes: also under `jit`)."""
+    if cached != batch:
+      raise ValueError(f"PrimalAttention decode: the chunk's batch ({batch}) differs from the cache's ({cached})")
+
   def _count_tokens(self, valid, batch: int, chunk: int) -> None:
     """The pointwise decoding's cache: the number of real tokens seen per sequence [B] (Flax's examples read
     `init(...)["cache"]`, and a batch-leading leaf is what beam searches gather)."""
     initialized = self.has_variable("cache", "count")
     count = self.variable("cache", "count", jnp.zeros, (batch,), jnp.float32)
+    self._check_cache_batch(count.value.shape[0], batch)
     if initialized:
       seen = jnp.full((batch,), float(chunk)) if valid is None else jnp.sum(valid.astype(jnp.float32), axis=1)
       count.value = count.value + seen
@@ -323,6 +330,8 @@ class PrimalAttention(AttentionShell):
     """
     batch, heads, chunk, p = q.shape
     initialized = self.has_variable("cache", "sum_q")
+    if initialized:
+      self._check_cache_batch(self.get_variable("cache", "count").shape[0], batch)
     f32 = jnp.float32
     sum_q = self.variable("cache", "sum_q", jnp.zeros, (batch, heads, p), f32)
     sum_k, store_k = self.kv_state("sum_k", jnp.zeros((batch, heads, p), f32))  # per key head when grouped
