@@ -205,3 +205,16 @@ def test_ksvd_ratio_weighs_the_ksvd_term_at_the_first_middle_and_last_logged_ste
   assert ksvd_ratio(records[1:2], eta=0.5) is None
   zero = ksvd_ratio([{"step": 1, "scalars": {"task_loss": 0.0, "ksvd_loss": 1.0}}], eta=0.1)
   assert math.isnan(zero["start"]["ratio"])
+
+
+def test_validation_curve_lists_every_evaluation_of_the_metric_in_step_order():
+  from primal_jax.training.metrics import validation_curve
+
+  records = [
+    {"step": 20, "prefix": "validation", "scalars": {"accuracy": 0.5, "loss": 1.0}},
+    {"step": 10, "prefix": "validation", "scalars": {"accuracy": 0.25, "loss": 2.0}},
+    {"step": 30, "prefix": "validation", "scalars": {"loss": 0.5}},  # no accuracy at this evaluation: left out
+  ]
+  assert validation_curve(records, "accuracy") == [[10, 0.25], [20, 0.5]]
+  assert validation_curve(records, "loss") == [[10, 2.0], [20, 1.0], [30, 0.5]]
+  assert validation_curve(records, "normalized_score") is None

@@ -307,6 +307,7 @@ def test_best_validation_evaluates_test_once_on_the_best_state(honest_run):
   assert summary["test_eval"] == "best_validation"
   assert summary["test_at_best_validation"]["step"] == best_step
   assert summary["best_validation"] == {"step": best_step, "accuracy": best_accuracy}  # the same tie rule
+  assert summary["validation_curve"] == [[h["step"], h["validation/accuracy"]] for h in history]  # convergence
   tests = read_metrics(workdir, prefix="test")
   assert len(tests) == 1 and tests[0]["step"] == best_step and tests[0]["scalars"]["count"] == 370
   # An independent evaluation of the checkpointed best-validation params gives the same test accuracy.

@@ -34,7 +34,15 @@ from primal_jax.training.checkpointing import WORKDIR_SUBDIR, Checkpointer, chec
 from primal_jax.training.evaluation import TEST_EVALS, Evaluations, eval_protocol, summary_rows
 from primal_jax.training.experiment import Experiment, build_experiment, evaluate, load_state, restore_or_init
 from primal_jax.training.guards import PreemptionGuard, check_fallback, check_resume, lock_workdir, record_changes
-from primal_jax.training.metrics import CONFIG_FILE, MetricWriter, Progress, ksvd_ratio, read_metrics, summary_table
+from primal_jax.training.metrics import (
+  CONFIG_FILE,
+  MetricWriter,
+  Progress,
+  ksvd_ratio,
+  read_metrics,
+  summary_table,
+  validation_curve,
+)
 from primal_jax.training.objectives import metric_mode
 from primal_jax.training.sharding import global_batch, maybe_initialize_distributed
 from primal_jax.training.state import TrainState
@@ -203,6 +211,9 @@ def _train_and_evaluate(config, workdir: Path, primary: bool, log: Callable[[str
   summary["jax_version"] = jax.__version__
   summary["provenance"] = origin
   summary["ksvd_ratio"] = ksvd_ratio(read_metrics(workdir, dedupe=True, prefix="train"), float(config.ksvd.eta))
+  if best_metric and best_metric.startswith("validation/"):  # the curve shows whether the run converged
+    curve = validation_curve(read_metrics(workdir, dedupe=True, prefix="validation"), best_metric.split("/", 1)[1])
+    summary["validation_curve"] = curve
   if not preempted and (test := evals.test_at_best_validation(state, ckpt)) is not None:
     summary["test_at_best_validation"] = test
   ckpt.close()

@@ -217,6 +217,16 @@ def ksvd_ratio(records: Sequence[Mapping[str, Any]], eta: float) -> dict | None:
   return {"start": entry(logged[0]), "middle": entry(middle), "end": entry(logged[-1])}
 
 
+def validation_curve(records: Sequence[Mapping[str, Any]], metric: str) -> list[list[float]] | None:
+  """[[step, value], ...] of validation `metric` (e.g. "accuracy") at every evaluation, in step order: whether a run
+  converged (its best evaluation before the last, or a plateau) is read from it.
+
+  `records`: `read_metrics(workdir, dedupe=True, prefix="validation")`. None where no record holds `metric`.
+  """
+  curve = [[r["step"], r["scalars"][metric]] for r in records if metric in r.get("scalars", {})]
+  return sorted(curve) or None
+
+
 def format_duration(seconds: float) -> str:
   """'42s', '3m12s', '1h05m', '2d03h'."""
   if not math.isfinite(seconds):
