@@ -131,17 +131,24 @@ def test_figure1_trains_three_arms_that_keep_their_checkpoints():
   assert sorted({p.config.seed for p in figure}) == [0, 1, 2]
 
 
-def test_vit_figure1_is_three_arms_of_three_models_sharing_the_tables_runs():
+def test_vit_figure1_is_four_arms_of_three_models_sharing_the_tables_runs():
   sweep = load_sweep(VIT_SWEEP)
   planned = plan(sweep.runs)
   figure = select(planned, ["figure1"])
   arms = collections.Counter(dict(r.cell.labels)["arm"] for p in figure for r in p.runs if r.cell.table == "figure1")
-  assert arms == {"DeiT": 3, "Primal.+DeiT eta=0.05": 3, "Primal.+DeiT eta=0": 3}
-  assert len(planned) == 9  # figure1's DeiT and eta=0.05 arms are the fashion_mnist runs, seed 0 of eta=0 eta0's
+  assert arms == {"DeiT": 3, "Primal.+DeiT eta=0.05": 3, "Primal.+DeiT eta=0": 3, "Primal.+DeiT eta=3": 3}
+  # figure1's DeiT and eta=0.05 arms are the fashion_mnist runs, seed 0 of eta=0 eta0's; table5_long adds 6
+  assert len(planned) == 12 + 6
   for p in figure:
     arm = next(dict(r.cell.labels)["arm"] for r in p.runs if r.cell.table == "figure1")
-    assert p.config.checkpoint_on_eval and p.config.ksvd.eta == {"DeiT": 0.0, "Primal.+DeiT eta=0": 0.0}.get(arm, 0.05)
-  assert sweep.baselines == {"fashion_mnist": ("model", "DeiT")}
+    etas = {"DeiT": 0.0, "Primal.+DeiT eta=0": 0.0, "Primal.+DeiT eta=3": 3.0}
+    assert p.config.checkpoint_on_eval and p.config.ksvd.eta == etas.get(arm, 0.05)
+  long = select(planned, ["table5_long"])
+  assert len(long) == 6 and {p.config.total_steps for p in long} == {12_000}
+  assert {(p.config.seed, p.config.model.layers[-1]) for p in long} == {
+    (s, m) for s in range(3) for m in ("softmax", "primal")
+  }
+  assert sweep.baselines == {"fashion_mnist": ("model", "DeiT"), "table5_long": ("model", "DeiT")}
 
 
 def test_datasets_argument_selects_table1_all_datasets_in_order():
