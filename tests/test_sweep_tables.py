@@ -72,8 +72,8 @@ def test_a_sweep_table_leaves_out_a_run_without_its_metric(tmp_path, monkeypatch
   monkeypatch.setattr(common, "RESULTS", tmp_path)
   table = sweeps.vit_sweep("short", tmp_path)
   # No summary.json: no parameter count, and a legacy record (no commit named).
-  assert "| DeiT | - | - | 80.0 | 50.0 (n = 1) | 2.0 min | CPU | legacy, no commit: 1 of 1 |" in table
-  assert table.endswith("| Primal.+DeiT | - | - | - | - | - | - | - |")
+  assert "| DeiT | - | - | 80.0 | 50.0 (n = 1) | - | 2.0 min | CPU | legacy, no commit: 1 of 1 |" in table
+  assert table.endswith("| Primal.+DeiT | - | - | - | - | - | - | - | - |")
   assert "run b (short model=DeiT, seed 1, own_validation) has no `test_at_best_validation`" in caplog.text
 
 
@@ -134,3 +134,28 @@ def test_d4rl_table_of_one_env_shows_that_envs_rows_alone():
   assert lines == [line for line in everything if line.startswith("| hopper |")] and len(everything) > len(lines)
   with pytest.raises(ValueError, match="no finished run of table 'table4_all' in env 'walker2d'"):
     render_table("d4rl:table4_all:walker2d", ROOT)
+
+
+def test_the_vit_table_says_whether_each_rows_runs_converged(tmp_path, monkeypatch):
+  """Issue 55 item 3: the `converged` column, from each run's validation curve, or its best step without one."""
+  import dataclasses
+
+  from experiments.tables import common, sweeps
+
+  runs = tmp_path / "vit" / "sweep" / "runs"
+  cells = {m: Cell("long", (("model", m),)) for m in ("DeiT", "Primal.+DeiT")}
+  rising = [[1000, 0.80], [2000, 0.84], [3000, 0.86], [4000, 0.88]]
+  flat = [[1000, 0.80], [2000, 0.870], [3000, 0.880], [4000, 0.881]]
+  records = [("a", "DeiT", 0, rising), ("b", "DeiT", 1, flat), ("c", "Primal.+DeiT", 0, None)]
+  for key, model, seed, curve in records:
+    summary = {"test_at_best_validation": {"step": 4000, "accuracy": 0.87}, "steps": 4000}
+    summary["best_validation"] = {"step": 4000, "accuracy": 0.881}
+    summary |= {"validation_curve": curve} if curve else {}
+    entry = {"cell": dataclasses.asdict(cells[model]), "seed": seed, "protocol": "own_validation"}
+    (runs / key).mkdir(parents=True)
+    (runs / key / "result.json").write_text(json.dumps({"wall_seconds": 60.0, "runs": [entry], "summary": summary}))
+    (runs / key / "summary.json").write_text(json.dumps(summary))
+  monkeypatch.setattr(common, "RESULTS", tmp_path)
+  table = sweeps.vit_sweep("long", tmp_path)
+  assert "| 1 of 2 plateaued; best at 4,000 of 4,000; last quarter +0.1 to +2.0 |" in table
+  assert "| no curve; best at 4,000 of 4,000 |" in table

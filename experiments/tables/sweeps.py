@@ -140,15 +140,31 @@ def d4rl_sweep(table: str, base: Path) -> str:
   return markdown.table(header + ["time/run", "ran on", "code"], body, numeric_from=4)
 
 
+def converged(family: str, row) -> str:
+  """Whether the row's runs converged (`experiments.engine.convergence`) from their summaries' validation curves;
+  where a run has none (records before 2026-12-06), the best validation steps of the runs ('no curve; best at
+  3,000 of 3,000')."""
+  from experiments.engine.convergence import convergence, describe
+
+  paths = [common.RESULTS / family / "sweep" / "runs" / key / "summary.json" for key in row.keys]
+  summaries = [read_json(path, "a run's summary") for path in paths if path.exists()]
+  if not summaries:
+    return "-"
+  if all(summary.get("validation_curve") for summary in summaries):
+    return describe([convergence(summary["validation_curve"]) for summary in summaries])
+  best = sorted({(s["best_validation"]["step"], s["steps"]) for s in summaries if "best_validation" in s})
+  return "no curve; best at " + ", ".join(f"{b:,} of {n:,}" for b, n in best) if best else "-"
+
+
 def vit_sweep(table: str, base: Path) -> str:
   """One vision table: top-1 test accuracy (%) on Fashion-MNIST beside the paper's ImageNet-100 top-1."""
   body = []
   for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("dataset", "model")), params("vit", row), _paper(row)])
-    body[-1] += [mean_std(row), _per_run(row), ran_on("vit", row), provenance("vit", row)]
-  header = ["model", "setting", "params", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "time/run"]
-  header += ["ran on", "code"]
+    body[-1] += [mean_std(row), converged("vit", row), _per_run(row), ran_on("vit", row), provenance("vit", row)]
+  header = ["model", "setting", "params", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "converged"]
+  header += ["time/run", "ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
