@@ -71,7 +71,7 @@ def test_table1_plans_every_mechanism_dataset_seed_and_protocol():
   assert len(select(planned, ["table1_all"])) == 220
   # The recorded grid (3 seeds) is untouched and shares table1_all's Trans./Primal rows at seeds 0-2.
   recorded = select(planned, ["table1", "table6", "table8", "basicmotions"])
-  assert len(recorded) == 108 and len(planned) == 220 + 108 - 36 + 17 + 9  # eta: 20 new, 3 table6's; figure1: 9
+  assert len(recorded) == 108 and len(planned) == 220 + 108 - 36 + 17 + 12  # eta: 20 new, 3 table6's; figure1: 12
   first = load_sweep(f"{UEA_SWEEP}:seeds=2,ablation_seeds=0,figure_seeds=0,protocols=honest")
   assert len(first.runs) == 44 + 12 and {r.protocol for r in first.runs} == {"honest"}  # + 2 seeds of eta
   with pytest.raises(ConfigError, match="protocols"):
@@ -116,16 +116,16 @@ def test_eta_table_pairs_each_eta_with_zero_and_reuses_table1_all_at_the_release
   assert order.index(("eta", "honest")) < order.index(("table1_all", "release"))
 
 
-def test_figure1_trains_three_arms_that_keep_their_checkpoints():
+def test_figure1_trains_four_arms_that_keep_their_checkpoints():
   sweep = load_sweep(UEA_SWEEP)
   figure = select(plan(sweep.runs), ["figure1"])
   arms = collections.Counter(dict(p.runs[0].cell.labels)["arm"] for p in figure)
-  assert arms == {"softmax": 3, "PrimalFormer eta=0": 3, "PrimalFormer eta=0.5": 3}
+  assert arms == {"softmax": 3, "PrimalFormer eta=0": 3, "PrimalFormer eta=0.5": 3, "PrimalFormer eta=3e-4": 3}
   for p in figure:  # runs of their own (no other table's run keeps a checkpoint), honest, JapaneseVowels
     assert len(p.runs) == 1 and p.runs[0].protocol == "honest" and p.config.checkpoint_on_eval
     assert p.config.data.dataset == "JapaneseVowels"
     arm = dict(p.runs[0].cell.labels)["arm"]
-    eta = {"softmax": 0.0, "PrimalFormer eta=0": 0.0, "PrimalFormer eta=0.5": 0.5}[arm]
+    eta = {"softmax": 0.0, "PrimalFormer eta=0": 0.0, "PrimalFormer eta=0.5": 0.5, "PrimalFormer eta=3e-4": 3e-4}[arm]
     layers = ("primal", "primal") if arm.startswith("PrimalFormer") else ("softmax", "softmax")
     assert p.config.ksvd.eta == eta and tuple(p.config.model.layers) == layers
   assert sorted({p.config.seed for p in figure}) == [0, 1, 2]
