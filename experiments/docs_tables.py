@@ -24,6 +24,10 @@ benchmark's JSON in benchmarks/results/<dir>/; `decoding_sized:<dir>`: its bound
 experiments/sweeps/<family>.py from the run records in experiments/results/<family>/sweep/), or
 `paired:<family>:<table>` (that table's paired differences by seed against the baseline row its sweep file names;
 `paired:<family>:<table>:<label>` against the row of that label instead).
+A sweep's run trained again at a clean commit (`python -m experiments.sweep --unclean_in`, docs/experiments.md) is
+read in place of its legacy or dirty original (`experiments.engine.records.record_dir`; the code column says
+"rerun: <commit>"); `original:<name>` renders table `<name>` from the sweeps' own records, the reruns ignored
+(the superseded numbers, for docs/archive.md). `python -m experiments.provenance` lists the records each table reads.
 Each kind is rendered by a module of `experiments.tables`; this one places the tables. Sources: the UEA sweep's run
 records (experiments/results/uea_table1/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).
@@ -99,8 +103,16 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
 }
 
 
+ORIGINAL = "original:"  # original:<name>: table <name> from the sweeps' own records, reruns ignored
+
+
 def render_table(name: str, base: Path) -> str:
   """The Markdown of table `name`, its links relative to `base` (the folder of the file it goes in)."""
+  if name.startswith(ORIGINAL):
+    from experiments.engine.records import originals
+
+    with originals():
+      return render_table(name.removeprefix(ORIGINAL), base)
   if name in TABLES:
     return TABLES[name](base)
   kind, _, arg = name.partition(":")

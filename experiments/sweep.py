@@ -6,6 +6,14 @@ Finished runs are skipped (a second invocation only rewrites the tables); a kill
 redoes only the run it was in. A run another process holds (another sweep, another shard spec) is skipped
 with one line. The work is in `experiments.engine`.
 
+  python -m experiments.sweep --sweep=experiments/sweeps/vit.py --only=fashion_mnist \
+    --unclean_in=experiments/results/vit/sweep --workdir=experiments/results/vit/rerun
+
+trains again, at the checkout's clean commit, only the runs whose finished record in the sweep directory
+`--unclean_in` is legacy (no commit) or from a dirty tree, under the same run keys, into its rerun folder
+(`experiments.engine.records.rerun_folder`); the tables then read the rerun's record in place of the original's,
+which stays as it was.
+
 A mistake in what the command names (a sweep file that does not parse, an override of a key the config lacks,
 an unknown protocol or table, a workdir where the same shard is running) ends in one line on stderr,
 `experiments.sweep: error: ...`, with exit status 2 (`--debug` shows the traceback above it).
@@ -34,6 +42,11 @@ def run(argv: list[str] | None = None) -> None:
   )
   echo_flag = flags.DEFINE_bool("echo", False, "Print every run's output (always in runs/<hash>/train.log).")
   debug_flag = flags.DEFINE_bool("debug", False, "Print the traceback above a one-line error.")
+  unclean_flag = flags.DEFINE_string(
+    "unclean_in", None,
+    "A sweep directory: train only the runs whose finished record there is legacy or dirty, into --workdir, which "
+    "must be its rerun folder (<family>/rerun for <family>/sweep); needs a clean checkout.",
+  )  # fmt: skip
   from primal_jax.launch import host_allocator
 
   allocator_flag = flags.DEFINE_enum(
@@ -81,6 +94,7 @@ def run(argv: list[str] | None = None) -> None:
         shard=(int(index), int(count)),
         echo=echo_flag.value,
         allocator=allocator_flag.value,
+        unclean_in=unclean_flag.value,
       )
     except (ConfigError, DamagedFileError) as err:  # a damaged run record names its file
       if debug_flag.value:

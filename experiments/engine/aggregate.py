@@ -14,7 +14,7 @@ import numpy as np
 
 from experiments.engine import tuning
 from experiments.engine.paired import PAIRED_CSV, paired_csv, paired_markdown
-from experiments.engine.records import RESULT_FILE, read_result
+from experiments.engine.records import RESULT_FILE, read_result, record_dir
 from experiments.engine.rows import Cell, Row
 from experiments.engine.spec import PROTOCOL_METRIC, PROTOCOL_TITLE, PROTOCOLS, PlannedRun, Sweep, plan
 from primal_jax import markdown
@@ -60,11 +60,11 @@ def unscored_line(key: str, cell: Cell, seed: int | str, protocol: str) -> str:
   )
 
 
-def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], planned: int, stored: bool) -> Row:
-  """The Row of (key, seed, result) triples: the runs whose summary has the protocol's value, the rest listed in
-  `Row.unscored` (and logged when `stored`: `write_results` names them itself)."""
-  scored, unscored = [], []
-  for key, seed, result in found:
+def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict, Path]], planned: int, stored: bool) -> Row:
+  """The Row of (key, seed, result, run directory) entries: the runs whose summary has the protocol's value, the
+  rest listed in `Row.unscored` (and logged when `stored`: `write_results` names them itself)."""
+  scored, unscored, sources = [], [], []
+  for key, seed, result, source in found:
     value = summary_value(result.get("summary"), protocol)
     if value is None:
       if stored:
@@ -72,6 +72,7 @@ def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], plan
       unscored.append((key, seed))
     else:
       scored.append((key, seed, value, result["wall_seconds"], validation_value(result.get("summary"))))
+      sources.append(str(source))
   return Row(
     cell,
     protocol,
@@ -82,6 +83,7 @@ def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], plan
     unscored=tuple(unscored),
     seeds=tuple(seed for _, seed, *_ in scored),
     validations=tuple(validation for *_, validation in scored),
+    sources=tuple(sources),
   )
 
 
@@ -89,7 +91,8 @@ def _row(cell: Cell, protocol: str, found: Sequence[tuple[str, int, dict]], plan
 
 
 def aggregate(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRun] | None = None) -> list[Row]:
-  """One Row per (table cell, protocol), in the order the sweep lists them, from the finished runs."""
+  """One Row per (table cell, protocol), in the order the sweep lists them, from the finished runs (each run's
+  record found by `records.record_dir`: a clean rerun's where there is one)."""
   planned = plan(sweep.runs) if planned is None else planned
   key_of = {run: key for key, p in planned.items() for run in p.runs}
   keys: dict[tuple[Cell, str], list[str]] = {}
@@ -100,8 +103,8 @@ def aggregate(sweep: Sweep, workdir: str | Path, planned: Mapping[str, PlannedRu
   seeds = {(run.cell, run.protocol, key_of[run]): run.seed for run in sweep.runs}
   rows = []
   for (cell, protocol), group in keys.items():
-    results = [(key, read_result(Path(workdir) / "runs" / key)) for key in group]
-    found = [(key, seeds[(cell, protocol, key)], r) for key, r in results if r is not None]
+    results = [(key, source, read_result(source)) for key in group for source in [record_dir(workdir, key)]]
+    found = [(key, seeds[(cell, protocol, key)], r, source) for key, source, r in results if r is not None]
     rows.append(_row(cell, protocol, found, len(group), stored=False))
   return rows
 
@@ -112,18 +115,23 @@ def stored_rows(workdir: str | Path) -> list[Row]:
   Every `result.json` names the cells it reports to, so a finished sweep's tables can be rebuilt after its
   sweep file or configs changed (which changes the run hashes that `aggregate` looks runs up by). Rows are
   sorted by (table, labels, protocol); accuracies within a row by seed. `planned` is the number found.
+
+  A run with a clean rerun (`records.record_dir`) counts with the rerun's record, in the cells the sweep's own
+  record names: a rerun replaces its original, it adds no row.
   """
-  groups: dict[tuple[Cell, str], list[tuple[int, str, dict]]] = {}  # (seed, run directory, result)
+  groups: dict[tuple[Cell, str], list[tuple[int, str, dict, Path]]] = {}  # (seed, key, result, its directory)
   for path in sorted(Path(workdir).glob(f"runs/*/{RESULT_FILE}")):
-    result = read_json(path, "a finished run's record")
-    for entry in result["runs"]:
+    own = read_json(path, "a finished run's record")
+    source = record_dir(workdir, path.parent.name)
+    result = own if source == path.parent else read_result(source)
+    for entry in own["runs"]:
       recorded = entry["cell"]
       cell = Cell(recorded["table"], tuple(tuple(pair) for pair in recorded["labels"]), recorded["paper"])
-      groups.setdefault((cell, entry["protocol"]), []).append((entry["seed"], path.parent.name, result))
+      groups.setdefault((cell, entry["protocol"]), []).append((entry["seed"], path.parent.name, result, source))
   rows = []
   for (cell, protocol), found in sorted(groups.items(), key=lambda i: (i[0][0].table, i[0][0].labels, i[0][1])):
     found = sorted(found, key=lambda item: item[0])  # by seed
-    rows.append(_row(cell, protocol, [(key, seed, r) for seed, key, r in found], len(found), stored=True))
+    rows.append(_row(cell, protocol, [(key, seed, r, d) for seed, key, r, d in found], len(found), stored=True))
   return rows
 
 
@@ -220,7 +228,7 @@ def write_results(
   for row in rows:
     for key, seed in row.unscored:
       print_fn(unscored_line(key, row.cell, seed, row.protocol))
-  results = [r for r in (read_result(workdir / "runs" / key) for key in planned) if r is not None]
+  results = [r for r in (read_result(record_dir(workdir, key)) for key in planned) if r is not None]
   (workdir / "results.md").write_text(results_markdown(sweep, rows, [r["wall_seconds"] for r in results]))
   (workdir / "results.csv").write_text(results_csv(rows))
   if sweep.baselines:

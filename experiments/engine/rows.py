@@ -33,6 +33,9 @@ class Row:
   # The best validation accuracy (%) of each seed's run (summary `best_validation`), nan where its record has none:
   # whether a run learned at all (`Sweep.chance`) is judged on validation, which the test value never selects.
   validations: tuple[float, ...] = ()
+  # The run directory whose record gave each accuracy (`records.record_dir`: a clean rerun's, or the sweep's own), in
+  # the order of `accuracies`: where the tables read each run's code, device and parameter count.
+  sources: tuple[str, ...] = ()
 
   @property
   def n(self) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 from experiments.engine.aggregate import result_line, write_results
 from experiments.engine.attempts import attempt, earlier_attempts, log_attempt, log_killed_attempt
 from experiments.engine.lock import claim_run, sweep_lock
-from experiments.engine.records import RESULT_FILE, write_record
+from experiments.engine.records import RESULT_FILE, rerun_folder, run_origin, write_record
 from experiments.engine.spec import PlannedRun, Sweep, config_hash, plan, select
 from primal_jax.errors import ConfigError
 from primal_jax.launch import host_allocator
@@ -121,6 +121,7 @@ def run_sweep(
   echo: bool = False,
   print_fn: Callable[[str], None] = print,
   allocator: str = "auto",
+  unclean_in: str | Path | None = None,
 ) -> dict:
   """Runs every unfinished run of `sweep` (of the tables in `only`), then aggregates.
 
@@ -136,6 +137,11 @@ def run_sweep(
     allocator: subprocess mode's host allocator for each run (`--allocator` of primal_jax.cli.train; "auto":
       tcmalloc where installed). Inline mode trains under whatever this process runs with (experiments.sweep
       re-executes itself with its `--allocator`).
+    unclean_in: a sweep directory: train only the runs (of `only`) whose finished record there is legacy (no
+      commit) or from a dirty tree (`records.run_origin`), into `workdir`, which must be its `records.rerun_folder`
+      (the tables read a clean rerun in place of the original, `records.record_dir`); the original is never
+      touched. Refused (ConfigError, before anything is written) where it is not a sweep directory, `workdir` is
+      not its rerun folder, or, to train, the checkout is not a clean commit.
 
   Returns:
     {"ran": [keys], "skipped": [keys], "busy": {key: holder}, "failed": {key: error}, "preempted": bool,
@@ -149,11 +155,15 @@ def run_sweep(
   planned_runs = plan(sweep.runs)  # overrides applied: a key the config lacks, a value of another type refused
   if mode != "aggregate":
     check_planned(planned_runs)  # every run's config, before the sweep directory is touched
+  chosen = select(planned_runs, only)
+  if unclean_in is not None:
+    check_rerun(workdir, unclean_in, train=mode != "aggregate")
+    chosen = unclean_runs(chosen, unclean_in, print_fn)
   (workdir / "runs").mkdir(parents=True, exist_ok=True)
   index, count = shard
   if not (isinstance(count, int) and isinstance(index, int) and count >= 1 and 0 <= index < count):
     raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
-  todo = select(planned_runs, only)[index::count]
+  todo = chosen[index::count]
   report = {"ran": [], "skipped": [], "busy": {}, "failed": {}, "preempted": False}
   with sweep_lock(workdir, index, count):
     for i, planned in enumerate(todo if mode != "aggregate" else []):
@@ -182,6 +192,45 @@ def run_sweep(
         break
   report["rows"] = write_results(sweep, workdir, planned_runs, print_fn=print_fn)
   return report
+
+
+def check_rerun(workdir: Path, unclean_in: str | Path, *, train: bool = True) -> None:
+  """Refuses, one line each, a `--unclean_in` that is not a sweep directory, a `workdir` that is not its rerun
+  folder (where the tables look), and, when runs would `train`, a checkout that is not a clean commit (its rerun
+  would be as unclean as the record it replaces)."""
+  from primal_jax import provenance
+
+  source = Path(unclean_in)
+  if not (source / "runs").is_dir():
+    raise ConfigError(f"--unclean_in={unclean_in}: not a sweep directory (no runs/ folder in it)")
+  expected = rerun_folder(source)
+  if Path(workdir).resolve() != expected.resolve():
+    raise ConfigError(
+      f"--unclean_in={unclean_in}: its reruns go to --workdir={expected} (where the tables read them), "
+      f"got --workdir={workdir}"
+    )
+  commit, dirty = provenance.checkout()
+  if train and (commit is None or dirty is not False):
+    state = "not a git checkout" if commit is None else f"commit {commit[:9]} with uncommitted changes"
+    raise ConfigError(
+      f"--unclean_in={unclean_in}: the checkout is {state}; a rerun trains at a clean commit (commit, or run "
+      "from a clean `git worktree`)"
+    )
+
+
+def unclean_runs(
+  chosen: Sequence[PlannedRun], unclean_in: str | Path, print_fn: Callable[[str], None] = print
+) -> list[PlannedRun]:
+  """The runs of `chosen` whose finished record in the sweep directory `unclean_in` is not clean (legacy or dirty,
+  `records.run_origin`); one line says how many of the chosen runs that is, and how many have no record there."""
+  runs = Path(unclean_in) / "runs"
+  finished = [p for p in chosen if (runs / p.key / RESULT_FILE).exists()]
+  unclean = [p for p in finished if not run_origin(runs / p.key).clean]
+  print_fn(
+    f"--unclean_in={unclean_in}: {len(unclean)} of the {len(chosen)} selected runs have a legacy or dirty record "
+    f"there (train those); {len(finished) - len(unclean)} clean, {len(chosen) - len(finished)} not finished there"
+  )
+  return unclean
 
 
 def check_planned(planned_runs: Mapping[str, PlannedRun]) -> None:

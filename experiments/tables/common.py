@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,3 +24,29 @@ def pct(accuracy: float, digits: int = 2) -> str:
 
 def minutes(seconds: float) -> str:
   return f"{seconds / 60:.1f} min"
+
+
+# --- what a table reads (`experiments.provenance` lists it)
+
+_READS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("reads", default=None)
+
+
+@contextlib.contextmanager
+def reading() -> Iterator[list[str]]:
+  """Collects, while it is open, the run directories the tables rendered in it read their numbers from (`note_rows`);
+  yields the list it fills."""
+  found: list[str] = []
+  token = _READS.set(found)
+  try:
+    yield found
+  finally:
+    _READS.reset(token)
+
+
+def note_rows(rows: Iterable) -> list:
+  """Notes the run records of `rows` (`Row.sources`) as read by the table being rendered (inside `reading`; a no-op
+  elsewhere) and returns the rows: a table calls it on the rows it shows or compares, once they are selected."""
+  rows = list(rows)
+  if (found := _READS.get()) is not None:
+    found += [source for row in rows for source in row.sources]
+  return rows

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from experiments.tables import sweeps
+from experiments.tables.common import note_rows
 from experiments.tables.sweeps import mean_std, sweep_folder
 from primal_jax import markdown
 
@@ -24,8 +25,11 @@ def docs_rows(folder: Path, sweep, table: str) -> list:
   from experiments.engine.aggregate import aggregate, stored_rows
 
   if table in sweep.tuned:
-    return [row for row in aggregate(sweep, folder) if row.cell.table == table]
-  return stored_rows(folder)
+    rows = [row for row in aggregate(sweep, folder) if row.cell.table == table]
+  else:
+    rows = stored_rows(folder)
+  note_rows(row for row in rows if row.cell.table == table)  # what the table reads (experiments.provenance)
+  return rows
 
 
 def tuned_sweep(arg: str, base: Path) -> str:

@@ -53,7 +53,7 @@ def _planned_rows(table: str):
   rows = [row for row in aggregate(mine, folder) if row.n]
   if not rows:
     raise ValueError(f"no finished {table} runs in {folder / 'runs'}")
-  return sweep, mine, rows
+  return sweep, mine, common.note_rows(rows)
 
 
 def _uea_ablation(table: str, columns: Sequence[str]) -> str:

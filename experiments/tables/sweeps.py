@@ -5,20 +5,23 @@
 `paired:<family>:<table>` (a table's paired differences against its baseline row, `Sweep.baselines`, or with
 `:<label>` against the row of that label); each
 reads the finished runs' own records (`experiments.engine.aggregate.stored_rows`), so a table survives changes of
-the sweep file or the configs, and a run still in progress is simply not counted yet.
+the sweep file or the configs, and a run still in progress is simply not counted yet. A run trained again at a clean
+commit (`<family>/rerun/runs/<key>/`, `python -m experiments.sweep --unclean_in`) counts with the rerun's record
+(`experiments.engine.records.record_dir`), and the code column says "rerun: <commit>".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from experiments.engine.records import is_rerun, run_origin
 from experiments.tables import common
-from experiments.tables.common import ROOT, link, minutes
+from experiments.tables.common import ROOT, link, minutes, note_rows
 from primal_jax import markdown
 from primal_jax.atomic_files import DamagedFileError, read_json
 
@@ -38,15 +41,21 @@ def _per_run(row) -> str:
   return minutes(sum(row.wall_seconds) / row.n) if row.n else "-"
 
 
-def _rows(family: str, table: str, order: Sequence[str] = ()) -> list:
+def _rows(family: str, table: str, order: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> list:
+  """The rows of `table` (those whose labels include `labels`) from the family's records, sorted by `order` of
+  their model; noted as what the table reads (`common.note_rows`)."""
   from experiments.engine.aggregate import stored_rows
 
   folder = common.RESULTS / family / "sweep"
-  rows = [row for row in stored_rows(folder) if row.cell.table == table]
+  wanted = (labels or {}).items()
+  rows = [row for row in stored_rows(folder) if row.cell.table == table and wanted <= dict(row.cell.labels).items()]
+  if not rows and wanted:
+    where = ", ".join(f"{k} {v!r}" for k, v in wanted)
+    raise ValueError(f"no finished run of table {table!r} in {where} ({folder / 'runs'})")
   if not rows:
     raise ValueError(f"no finished runs of table {table!r} in {folder / 'runs'}")
   rank = {name: i for i, name in enumerate(order)}
-  return sorted(rows, key=lambda row: rank.get(dict(row.cell.labels).get("model"), len(rank)))
+  return note_rows(sorted(rows, key=lambda row: rank.get(dict(row.cell.labels).get("model"), len(rank))))
 
 
 def _setting(labels: dict, skip: Sequence[str], default: str = "-") -> str:
@@ -55,32 +64,30 @@ def _setting(labels: dict, skip: Sequence[str], default: str = "-") -> str:
 
 def run_device(run_dir: Path) -> str:
   """The accelerator a run trained on: its summary's `devices` (recorded since 2026-11-26), else the
-  `provenance.json` written beside runs made in a lent device call before that, else this project's 2-core CPU
-  (where every earlier run was made)."""
-  for name in ("summary.json", "provenance.json"):
-    path = run_dir / name
-    if path.exists() and (devices := read_json(path, "a run's record").get("devices")):
-      return "CPU" if devices["platform"] == "cpu" else devices["kind"].removeprefix("NVIDIA ")
+  `provenance.json` written beside runs made in a lent device call before that (`records.run_origin`), else this
+  project's 2-core CPU (where every earlier run was made)."""
+  if devices := run_origin(run_dir).devices:
+    return "CPU" if devices["platform"] == "cpu" else devices["kind"].removeprefix("NVIDIA ")
   return "CPU"
 
 
-def ran_on(family: str, row) -> str:
+def ran_on(row) -> str:
   """'CPU', 'H200' or 'CPU 1, H200 2': where the row's seeds ran (wall times differ by machine)."""
   counts: dict[str, int] = {}
-  for key in row.keys:
-    device = run_device(common.RESULTS / family / "sweep" / "runs" / key)
+  for source in row.sources:
+    device = run_device(Path(source))
     counts[device] = counts.get(device, 0) + 1
   if not counts:  # no run of the row counts
     return "-"
   return next(iter(counts)) if len(counts) == 1 else ", ".join(f"{d} {n}" for d, n in sorted(counts.items()))
 
 
-def params(family: str, row) -> str:
+def params(row) -> str:
   """The row's trained parameter count (summary `num_params`), '1,234' or 'a-b' where its runs differ, '-' where
   no counted run recorded one: tables show it beside each score, so a comparison of unequal sizes is visible."""
   counts = set()
-  for key in row.keys:
-    path = common.RESULTS / family / "sweep" / "runs" / key / "summary.json"
+  for source in row.sources:
+    path = Path(source) / "summary.json"
     if path.exists() and (count := read_json(path, "a run's summary").get("num_params")) is not None:
       counts.add(int(count))
   if not counts:
@@ -88,32 +95,28 @@ def params(family: str, row) -> str:
   return f"{min(counts):,}" if len(counts) == 1 else f"{min(counts):,}-{max(counts):,}"
 
 
-def run_origin(run_dir: Path) -> tuple[str | None, bool | None]:
-  """(commit, dirty) a run's record names: its summary's `provenance` (since 2026-11-26), else the
-  `provenance.json` beside it; (None, None) for a legacy record that names none."""
-  for name, field in (("summary.json", "provenance"), ("provenance.json", None)):
-    path = run_dir / name
-    if path.exists():
-      record = read_json(path, "a run's record")
-      origin = record.get(field) if field else record
-      if origin and origin.get("commit"):
-        return origin["commit"], origin.get("dirty")
-  return None, None
+def _commits(origins) -> str:
+  commits = sorted({origin.commit[:7] for origin in origins})
+  return ", ".join(commits) if len(commits) <= 2 else f"{len(commits)} commits"
 
 
-def provenance(family: str, row) -> str:
+def provenance(row) -> str:
   """Which code the row's counted runs name: their short commit(s) ('3 commits' beyond two) where every record
-  names a commit and a clean tree; otherwise how many are 'legacy, no commit' or from a 'dirty' tree."""
-  origins = [run_origin(common.RESULTS / family / "sweep" / "runs" / key) for key in row.keys]
+  names a commit and a clean tree, 'rerun: <commit>' for the runs counted from a clean rerun
+  (`records.record_dir`); otherwise how many are 'legacy, no commit' or from a 'dirty' tree (a tree state not
+  recorded counts as dirty), and how many are reruns."""
+  origins = [(run_origin(source), is_rerun(source)) for source in row.sources]
   if not origins:
     return "-"
-  legacy = sum(commit is None for commit, _ in origins)
-  dirty = sum(commit is not None and dirty is not False for commit, dirty in origins)
+  n = len(origins)
+  legacy = sum(origin.commit is None for origin, _ in origins)
+  dirty = sum(origin.commit is not None and not origin.clean for origin, _ in origins)
+  reruns = [origin for origin, rerun in origins if rerun]
   if legacy or dirty:
-    parts = [f"legacy, no commit: {legacy} of {len(origins)}"] * bool(legacy)
-    return "; ".join(parts + [f"dirty tree: {dirty} of {len(origins)}"] * bool(dirty))
-  commits = sorted({commit[:7] for commit, _ in origins})
-  return ", ".join(commits) if len(commits) <= 2 else f"{len(commits)} commits"
+    parts = [f"legacy, no commit: {legacy} of {n}"] * bool(legacy) + [f"dirty tree: {dirty} of {n}"] * bool(dirty)
+    return "; ".join(parts + [f"rerun: {len(reruns)} of {n}"] * bool(reruns))
+  own = [origin for origin, rerun in origins if not rerun]
+  return "; ".join([_commits(own)] * bool(own) + [f"rerun: {_commits(reruns)}"] * bool(reruns))
 
 
 def _paper(row) -> str:
@@ -125,28 +128,25 @@ def d4rl_sweep(table: str, base: Path) -> str:
   `<table>:<env>` shows that environment's rows alone."""
   table, _, env = table.partition(":")
   datasets = read_json(common.RESULTS / "d4rl" / "datasets.json", "the datasets' record")
-  rows = [row for row in _rows("d4rl", table) if not env or dict(row.cell.labels).get("env") == env]
-  if not rows:
-    raise ValueError(f"d4rl:{table}:{env}: no finished run of table {table!r} in env {env!r}")
+  rows = _rows("d4rl", table, labels={"env": env} if env else None)
   body = []
   for row in sorted(rows, key=lambda row: row.cell.labels):
     labels = dict(row.cell.labels)
     data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
     setting = _setting(labels, ("env", "dataset", "model"), default="release")
     body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
-    body[-1] += [params("d4rl", row), _paper(row), mean_std(row), _per_run(row), ran_on("d4rl", row)]
-    body[-1] += [provenance("d4rl", row)]
+    body[-1] += [params(row), _paper(row), mean_std(row), _per_run(row), ran_on(row), provenance(row)]
   header = ["env", "dataset", "model", "setting", "dataset mean", "params", "paper (D4RL)", "ours (embedded)"]
   return markdown.table(header + ["time/run", "ran on", "code"], body, numeric_from=4)
 
 
-def converged(family: str, row) -> str:
+def converged(row) -> str:
   """Whether the row's runs converged (`experiments.engine.convergence`) from their summaries' validation curves;
   where a run has none (records before 2026-12-06), the best validation steps of the runs ('no curve; best at
   3,000 of 3,000')."""
   from experiments.engine.convergence import convergence, describe
 
-  paths = [common.RESULTS / family / "sweep" / "runs" / key / "summary.json" for key in row.keys]
+  paths = [Path(source) / "summary.json" for source in row.sources]
   summaries = [read_json(path, "a run's summary") for path in paths if path.exists()]
   if not summaries:
     return "-"
@@ -161,8 +161,8 @@ def vit_sweep(table: str, base: Path) -> str:
   body = []
   for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
     labels = dict(row.cell.labels)
-    body.append([labels["model"], _setting(labels, ("dataset", "model")), params("vit", row), _paper(row)])
-    body[-1] += [mean_std(row), converged("vit", row), _per_run(row), ran_on("vit", row), provenance("vit", row)]
+    body.append([labels["model"], _setting(labels, ("dataset", "model")), params(row), _paper(row)])
+    body[-1] += [mean_std(row), converged(row), _per_run(row), ran_on(row), provenance(row)]
   header = ["model", "setting", "params", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "converged"]
   header += ["time/run", "ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
@@ -178,14 +178,14 @@ def lra_sweep(table: str, base: Path) -> str:
   body = []
   for row in _rows("lra", table, (*order, "Primal.+Trans.")):
     labels = dict(row.cell.labels)
-    body.append([labels["dataset"], labels["model"], params("lra", row), _paper(row), mean_std(row)])
-    body[-1] += [learned_seeds(sweep, "lra", row), _per_run(row), ran_on("lra", row), provenance("lra", row)]
+    body.append([labels["dataset"], labels["model"], params(row), _paper(row), mean_std(row)])
+    body[-1] += [learned_seeds(sweep, row), _per_run(row), ran_on(row), provenance(row)]
   header = ["task", "model", "params", "paper (Table 2)", "ours (`short`, test at best validation)", "learned"]
   header += ["time/run", "ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
-def learned_seeds(sweep, family: str, row) -> str:
+def learned_seeds(sweep, row) -> str:
   """'3 of 3' seeds that learned (`experiments.engine.paired.learned`: best validation accuracy above the table's
   chance level + the sweep's margin), with the learning rate(s) the runs tried where not every seed learned: such a
   row takes part in no verdict. '-' where the table sets no chance level."""
@@ -198,8 +198,8 @@ def learned_seeds(sweep, family: str, row) -> str:
   if all(flags.values()):
     return text
   rates = set()
-  for key in row.keys:
-    record = read_json(common.RESULTS / family / "sweep" / "runs" / key / "result.json", "a run's record")
+  for source in row.sources:
+    record = read_json(Path(source) / "result.json", "a run's record")
     rate = (record.get("config") or {}).get("optimizer", {}).get("learning_rate")
     rates.add("not recorded" if rate is None else f"{rate:g}")
   lr = ", ".join(sorted(rates))
@@ -244,8 +244,8 @@ def lm_sweep(table: str, base: Path) -> str:
 
   for row in _rows("lm", table, [label for label, _, _ in MODELS]):
     labels = dict(row.cell.labels)
-    body.append([labels["model"], _setting(labels, ("model",)), params("lm", row), _paper(row)])
-    body[-1] += [mean_std(row, digits=3), _per_run(row), ran_on("lm", row), provenance("lm", row)]
+    body.append([labels["model"], _setting(labels, ("model",)), params(row), _paper(row)])
+    body[-1] += [mean_std(row, digits=3), _per_run(row), ran_on(row), provenance(row)]
   header = ["model", "setting", "params", "release README (WikiText-103 ppl)", "ours (test bits/byte)", "time/run"]
   header += ["ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
@@ -271,14 +271,14 @@ def lm_eta(base: Path) -> str:
   return f"{table}\n\neta x KSVD / task at step 1 in the 2-step calibration runs: {'; '.join(calibration)}."
 
 
-def _ratio(folder: Path, keys: Sequence[str], at: str) -> str:
+def _ratio(row, at: str) -> str:
   """Mean over a row's runs of eta x KSVD / task loss at the first ("start") or last ("end") logged step; "-"
   where no run recorded it (runs made before `ksvd_ratio` existed), "(n = k)" where only k did."""
-  summaries = [read_json(folder / "runs" / k / "result.json", "a finished run's record")["summary"] for k in keys]
-  values = [s["ksvd_ratio"][at]["ratio"] for s in summaries if s.get("ksvd_ratio")]
+  records = [read_json(Path(source) / "result.json", "a finished run's record") for source in row.sources]
+  values = [r["summary"]["ksvd_ratio"][at]["ratio"] for r in records if r["summary"].get("ksvd_ratio")]
   if not values:
     return "-"
-  return f"{np.mean(values):.3g}" + ("" if len(values) == len(keys) else f" (n = {len(values)})")
+  return f"{np.mean(values):.3g}" + ("" if len(values) == len(row.sources) else f" (n = {len(values)})")
 
 
 def eta_table(folder: Path, sweep, source, value: str, digits: int = 1) -> str:
@@ -304,9 +304,10 @@ def eta_table(folder: Path, sweep, source, value: str, digits: int = 1) -> str:
       rows[cell.labels] = dataclasses.replace(found, cell=Cell("eta", cell.labels))
   if not rows:
     raise ValueError(f"no finished eta runs in {folder / 'runs'}")
+  note_rows(rows.values())
   body = []
   for labels, row in rows.items():
-    start, end = _ratio(folder, row.keys, "start"), _ratio(folder, row.keys, "end")
+    start, end = _ratio(row, "start"), _ratio(row, "end")
     body.append([*dict(labels).values(), mean_std(row, digits=digits, full=full), start, end])
   header = ["model", "eta", value, "eta x KSVD / task, step 1", "at the last step"]
   means = markdown.table(header, body, numeric_from=2)
