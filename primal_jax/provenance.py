@@ -54,11 +54,18 @@ def git_commit() -> str | None:
   return os.environ.get(COMMIT_ENV) or _git("rev-parse", "HEAD") or None
 
 
+# Records, not code: a sweep rewrites its own results.md / results.csv after every run, and a record names the code
+# that ran, so changes under these folders leave a tree clean (before, a sweep's second run was marked dirty).
+RECORD_FOLDERS = ("experiments/results", "benchmarks/results")
+
+
 def git_dirty() -> bool | None:
-  """Whether tracked files differ from HEAD (None outside git or with `$PRIMAL_JAX_COMMIT`)."""
+  """Whether tracked files other than records (`RECORD_FOLDERS`) differ from HEAD (None outside git or with
+  `$PRIMAL_JAX_COMMIT`)."""
   if os.environ.get(COMMIT_ENV):
     return None
-  status = _git("status", "--porcelain", "--untracked-files=no")
+  excludes = [f":(top,exclude){folder}" for folder in RECORD_FOLDERS]
+  status = _git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", *excludes)
   return None if status is None else bool(status)
 
 

@@ -115,3 +115,24 @@ def test_the_host_record_holds_this_machines_cpu(fresh_snapshot):
     assert ("avx2" in flags.split()) == ("avx2" in host["cpu"]["simd"])
   else:
     assert host["cpu"]["simd"] == []
+
+
+def test_a_sweeps_own_result_tables_leave_the_tree_clean(tmp_path, monkeypatch, fresh_snapshot):
+  """A sweep rewrites its tracked results.md after each run; the next run's record was marked dirty for it
+  (2026-12-06: a Table 4 control seed). Records under experiments/results and benchmarks/results are not code."""
+  monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
+  repo = tmp_path / "repo"
+  for path in ("primal_jax/x.py", "experiments/results/d4rl/sweep/results.md", "benchmarks/results/b/r.json"):
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text("0\n")
+  git = lambda *args: subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)  # noqa: E731
+  git("init", "-q")
+  git("add", ".")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+  monkeypatch.setattr(provenance, "_PACKAGE", repo / "primal_jax")  # git runs in the package's checkout
+  assert provenance.git_dirty() is False
+  (repo / "experiments/results/d4rl/sweep/results.md").write_text("1\n")
+  (repo / "benchmarks/results/b/r.json").write_text("1\n")
+  assert provenance.git_dirty() is False
+  (repo / "primal_jax/x.py").write_text("1\n")
+  assert provenance.git_dirty() is True
