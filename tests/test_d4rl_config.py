@@ -4,6 +4,7 @@ smoke run trains and is evaluated by rollouts end to end, and the sweep plans th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -69,6 +70,7 @@ def test_sweep_plans_the_documented_runs():
   assert tables.count("hopper_medium") == 9 and tables.count("table4") == 10 and tables.count("table7") == 9
   assert tables.count("table4_all") == 27  # 7 mechanisms and the two learning-rate controls, 3 seeds
   assert tables.count("table4_tuned") == 7 * 2 * 3  # every mechanism at both learning rates, 3 seeds
+  assert tables.count("table4_shared") == 7 * 3  # every mechanism at 1e-4: table4_all's runs, none new
   # table 7's s = 96 runs are table4_all's Primal.+DT runs; table4_tuned adds only its five baselines at 1e-3.
   assert len(plan(sweep.runs)) == 52 + 15
   assert all(run.protocol == "rollouts" and ":" in run.config and "short" in run.config for run in sweep.runs)
@@ -89,3 +91,20 @@ def test_smoke_run_trains_and_is_evaluated_by_rollouts(tmp_path):
     expected = 100 * (row["validation/return"] + 20.272305) / (3234.3 + 20.272305)
     np.testing.assert_allclose(row["validation/normalized_score"], expected, rtol=1e-9)
   assert summary["best_validation"]["normalized_score"] == max(r["validation/normalized_score"] for r in history)
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_table4_shared_reads_table4_alls_records_by_the_plan():
+  """Issue 55 item 1: one learning rate for every mechanism. table4_shared trains nothing: its rows are read by the
+  sweep's plan from records that name only table4_all (`experiments.tables.sweeps._rows`' fallback)."""
+  from experiments.docs_tables import render_table
+
+  table = render_table("d4rl:table4_shared", DOCS)
+  hopper = [line for line in table.splitlines() if line.startswith("| hopper | medium |")]
+  assert len(hopper) == 7 and all("learning_rate 0.0001" in line for line in hopper)
+  primal = next(line for line in hopper if "| Primal.+DT |" in line)
+  assert "| 39.1 ± 3.4 |" in primal  # table4_all's "Primal.+DT (lr 1e-4)" control, seeds 0-2
+  paired = render_table("paired:d4rl:table4_shared", DOCS)
+  assert "| hopper | medium | Primal.+DT | 128 | 0.0001 | DT | 3 | +1.9 |" in paired

@@ -10,13 +10,11 @@ import dataclasses
 import math
 from pathlib import Path
 
-from experiments.tables import sweeps
 from experiments.tables.common import note_rows
-from experiments.tables.sweeps import mean_std, sweep_folder
+from experiments.tables.sweeps import docs_sweep, mean_std, sweep_folder
 from primal_jax import markdown
 
 # The sweep argument the docs tables load a family's sweep file with (its broadest grid: d4rl's HalfCheetah rows).
-DOCS_SWEEP_ARGS = {"d4rl": "halfcheetah", "uea": "table1_seeds=10"}
 
 
 def docs_rows(folder: Path, sweep, table: str) -> list:
@@ -24,10 +22,9 @@ def docs_rows(folder: Path, sweep, table: str) -> list:
   (`Sweep.tuned`), the sweep's plan (`aggregate`): its grid reuses runs recorded under other tables."""
   from experiments.engine.aggregate import aggregate, stored_rows
 
-  if table in sweep.tuned:
+  rows = [] if table in sweep.tuned else stored_rows(folder)
+  if not any(row.cell.table == table for row in rows):  # tuned, or every run recorded under other tables
     rows = [row for row in aggregate(sweep, folder) if row.cell.table == table]
-  else:
-    rows = stored_rows(folder)
   note_rows(row for row in rows if row.cell.table == table)  # what the table reads (experiments.provenance)
   return rows
 
@@ -75,14 +72,11 @@ def paired_docs_table(folder: Path, sweep, table: str) -> str:
 def paired_target(arg: str) -> tuple[Path, object, str]:
   """(run folder, sweep, table) named by `<family>:<table>[:<label>]`: experiments/sweeps/<family>.py (its default
   argument) with, given `<label>`, every row of `<table>` paired with the row of that label instead."""
-  from experiments.engine.spec import load_sweep
-
   family, _, rest = arg.partition(":")
   table, _, reference = rest.partition(":")
   if not table:
     raise ValueError(f"paired:{arg}: name a family and a table, paired:<family>:<table>[:<label>]")
-  arg = DOCS_SWEEP_ARGS.get(family, "")
-  sweep = load_sweep(f"{sweeps.SWEEPS / family}.py" + (f":{arg}" if arg else ""))
+  sweep = docs_sweep(family)
   if reference:
     if table not in sweep.baselines:
       raise ValueError(f"paired:{arg}: the sweep names no column to pair table {table!r} on")

@@ -41,6 +41,18 @@ def _per_run(row) -> str:
   return minutes(sum(row.wall_seconds) / row.n) if row.n else "-"
 
 
+# The sweep argument the docs tables read each family's sweep file with (its plan: which runs a table pairs).
+DOCS_SWEEP_ARGS = {"d4rl": "halfcheetah", "uea": "table1_seeds=10"}
+
+
+def docs_sweep(family: str):
+  """experiments/sweeps/<family>.py with the docs' argument (`DOCS_SWEEP_ARGS`)."""
+  from experiments.engine.spec import load_sweep
+
+  arg = DOCS_SWEEP_ARGS.get(family, "")
+  return load_sweep(f"{SWEEPS / family}.py" + (f":{arg}" if arg else ""))
+
+
 def _rows(family: str, table: str, order: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> list:
   """The rows of `table` (those whose labels include `labels`) from the family's records, sorted by `order` of
   their model; noted as what the table reads (`common.note_rows`)."""
@@ -48,7 +60,12 @@ def _rows(family: str, table: str, order: Sequence[str] = (), labels: Mapping[st
 
   folder = common.RESULTS / family / "sweep"
   wanted = (labels or {}).items()
-  rows = [row for row in stored_rows(folder) if row.cell.table == table and wanted <= dict(row.cell.labels).items()]
+  stored = [row for row in stored_rows(folder) if row.cell.table == table]
+  if not stored:  # a table whose runs were all recorded under other tables (d4rl's table4_shared): by the plan
+    from experiments.engine.aggregate import aggregate
+
+    stored = [row for row in aggregate(docs_sweep(family), folder) if row.cell.table == table and row.n]
+  rows = [row for row in stored if wanted <= dict(row.cell.labels).items()]
   if not rows and wanted:
     where = ", ".join(f"{k} {v!r}" for k, v in wanted)
     raise ValueError(f"no finished run of table {table!r} in {where} ({folder / 'runs'})")
