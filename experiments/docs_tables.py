@@ -27,7 +27,9 @@ experiments/sweeps/<family>.py from the run records in experiments/results/<fami
 A sweep's run trained again at a clean commit (`python -m experiments.sweep --unclean_in`, docs/experiments.md) is
 read in place of its legacy or dirty original (`experiments.engine.records.record_dir`; the code column says
 "rerun: <commit>"); `original:<name>` renders table `<name>` from the sweeps' own records, the reruns ignored
-(the superseded numbers, for docs/archive.md). `python -m experiments.provenance` lists the records each table reads.
+(the superseded numbers, for docs/archive.md). `python -m experiments.provenance` lists the records each table reads;
+a table outside README.md that reads records which are not clean (legacy, dirty tree, tree state not recorded) and
+does not say so itself gets one line under it that does (`experiments.tables.reads.unclean_note`).
 Each kind is rendered by a module of `experiments.tables`; this one places the tables. Sources: the UEA sweep's run
 records (experiments/results/uea_table1/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).
@@ -57,14 +59,15 @@ from experiments.tables import (
   vs_release,
 )
 from experiments.tables.common import ROOT
+from experiments.tables.reads import records_read, unclean_note
 from primal_jax.atomic_files import DamagedFileError
 
 DOCUMENTS = ("README.md", "docs/*.md")
 # Markers stand on lines of their own (a marker quoted inside a line of text is not one).
 MARKER = re.compile(
-  r"^<!-- table:(?P<name>[\w:./+-]+) begin -->\n(?P<body>.*?)^<!-- table:(?P=name) end -->$", re.S | re.M
+  r"^<!-- table:(?P<name>[\w:./+() -]+) begin -->\n(?P<body>.*?)^<!-- table:(?P=name) end -->$", re.S | re.M
 )
-BEGIN = re.compile(r"^<!-- table:([\w:./+-]+) begin -->$", re.M)
+BEGIN = re.compile(r"^<!-- table:([\w:./+() -]+) begin -->$", re.M)
 
 
 TABLES: dict[str, Callable[[Path], str]] = {
@@ -122,8 +125,22 @@ def render_table(name: str, base: Path) -> str:
   raise ValueError(f"unknown table {name!r}; known: {', '.join(known)}")
 
 
-def fill(text: str, base: Path, select: Callable[[str], bool] | None = None) -> tuple[str, list[str]]:
-  """`text` with every marked table (for which `select(name)` holds) regenerated, and the names found."""
+def render_section(name: str, base: Path, *, note: bool = True) -> tuple[str, dict]:
+  """What goes between table `name`'s markers in a document in `base`, and the records it read (path -> `Origin`,
+  `experiments.tables.reads`): the table, and with `note` the line saying which records are not clean where the
+  table does not say so itself."""
+  text, records = records_read(lambda: render_table(name, base))
+  line = unclean_note(text, records) if note else None
+  return (text if line is None else f"{text}\n\n{line}"), records
+
+
+def fill(
+  text: str, base: Path, select: Callable[[str], bool] | None = None, *, note: bool | None = None
+) -> tuple[str, list[str]]:
+  """`text` with every marked table (for which `select(name)` holds) regenerated (`render_section`, with its
+  unclean-records line where `note`; by default in every document but those at the repository root, README.md,
+  whose records must all be clean), and the names found."""
+  note = Path(base).resolve() != ROOT.resolve() if note is None else note
   begins = BEGIN.findall(text)
   names = [m.group("name") for m in MARKER.finditer(text)]
   if len(begins) != len(names):
@@ -137,7 +154,7 @@ def fill(text: str, base: Path, select: Callable[[str], bool] | None = None) -> 
       return match.group(0)
     if name not in cache:
       try:
-        cache[name] = render_table(name, base)
+        cache[name] = render_section(name, base, note=note)[0]
       except DamagedFileError as err:
         raise DamagedFileError(f"table {name}: {err}") from None
       except json.JSONDecodeError as err:  # a reader outside this module that does not name its file

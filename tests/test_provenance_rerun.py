@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments import docs_tables
 from experiments import provenance as check
 from experiments.docs_tables import render_table
 from experiments.engine.aggregate import aggregate, stored_rows
@@ -144,7 +145,8 @@ def test_the_check_lists_what_a_table_reads_and_judges_it(records, monkeypatch):
 
 def test_the_check_command_sees_json_records_a_table_opens(tmp_path, monkeypatch, capsys):
   """A table that reads a JSON record of its own (not a sweep run) is seen through the files it opens: legacy and
-  unsaid in a docs page, exit 1 naming the file; the same record naming a clean commit and a device, exit 0."""
+  unsaid in a docs page, exit 1 naming the file; once generated, the page says so in a line under the table (not in
+  README.md, whose records must be clean), exit 0; the same record naming a clean commit, no line."""
   monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
   path = tmp_path / "results" / "lra" / "listops_primalformer_paper_schedule.json"
   path.parent.mkdir(parents=True)
@@ -153,12 +155,17 @@ def test_the_check_command_sees_json_records_a_table_opens(tmp_path, monkeypatch
   path.write_text(json.dumps({**record, "paper_test_accuracy": 37.3}))
   doc = tmp_path / "doc.md"
   doc.write_text("<!-- table:lra:listops_paper begin -->\n<!-- table:lra:listops_paper end -->\n")
-  assert check.main([str(doc)]) == 1
+  assert check.main([str(doc)]) == 1  # the section (empty: not generated yet) does not say so
   out = capsys.readouterr().out
   assert "lra:listops_paper: 1 records, not clean: legacy, no commit 1, 1 without a device  FAILS" in out
   assert "listops_primalformer_paper_schedule.json" in out
+  note = "Records read: 1, not all clean (legacy, no commit: 1 of 1): `python -m experiments.provenance` lists them"
+  assert docs_tables.main([str(doc)]) == 0  # generated: a docs page says so under the table, README.md does not
+  assert note in doc.read_text() and note not in docs_tables.fill(doc.read_text(), ROOT)[0]
+  assert check.main([str(doc)]) == 0
   origin = {"commit": CLEAN, "dirty": False, "devices": CPU}
   path.write_text(json.dumps({**record, "paper_test_accuracy": 37.3, "provenance": origin}))
+  assert docs_tables.main([str(doc)]) == 0 and "Records read" not in doc.read_text()
   assert check.main([str(doc)]) == 0
   assert "0 not clean, 0 without a device; 0 failure(s)" in capsys.readouterr().out
 
