@@ -257,49 +257,50 @@ def test_unclean_in_refusal_is_one_line_of_the_command(tmp_path):
 
 # --- the real records
 
-# README tables that read records which are not clean today: Table 5 (ViT, legacy), the Hopper table (Performer and
-# Reformer: a dirty tree each), the ListOps paper-schedule records (legacy JSON), the speed table's and the
-# vs_release summary's benchmark records (a commit, the tree state not recorded); and the claims table's figures of
-# Table 4, Table 5 and the LM, stated only by paired tables that read unclean records.
-README_UNCLEAN = {
-  "vit:fashion_mnist",
-  "d4rl:table4_all:hopper",
-  "lra:listops_paper",
-  "benchmark:tcmalloc_10steps",
-  "vs_release_summary:vs_release",
-}
+# README tables that read records which are not clean today. Sweep runs, which `experiments.sweep --unclean_in`
+# trains again: Table 5 (ViT, legacy 6 of 6) and the Hopper table (Performer, Reformer: a dirty tree 1 of 3 each);
+# and the claims table's intervals of Table 4, Table 5 and the LM, stated only by paired tables that read unclean
+# runs (paired:d4rl:table4_all, paired:vit:fashion_mnist, paired:lm:enwiki: its 9 runs are legacy).
+README_SWEEP_TABLES = {"vit:fashion_mnist", "d4rl:table4_all:hopper"}
 README_FIGURES = {"[-21.2, +23.8]", "[+1.4, +3.8]", "[-0.033, +0.026]"}
+# One-off records, which a new run of their program replaces: the ListOps paper-schedule runs (legacy JSON), the
+# speed table's and the vs_release summary's benchmark records (a commit, the tree state not recorded).
+README_RECORD_TABLES = {"lra:listops_paper", "benchmark:tcmalloc_10steps", "vs_release_summary:vs_release"}
 
 
 @pytest.fixture(scope="module")
 def readme_check():
-  checks = check.check_documents([ROOT / "README.md"] + check_sources())
+  """(README tables that fail the check, README figures that fail it), from README.md and the documents whose
+  tables state its figures (docs/results.md: the paired tables and forest plots; docs/uncertainty.md)."""
+  checks = check.check_documents([ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "uncertainty.md"])
   failing = {c.name for c in checks if c.document == "README.md" and c.failure()}
-  figures = {
-    line.split("figure ")[1].split(" is stated")[0]
-    for line in check.figure_failures((ROOT / "README.md").read_text(), checks)
-  }
-  return failing, figures
-
-
-def check_sources() -> list[Path]:
-  """The documents whose tables state the README's figures (docs/results.md: the paired tables and forest plots)."""
-  return [ROOT / "docs" / "results.md", ROOT / "docs" / "uncertainty.md"]
+  lines = check.figure_failures((ROOT / "README.md").read_text(), checks)
+  return failing, {line.split("figure ")[1].split(" is stated")[0] for line in lines}
 
 
 def test_no_other_readme_table_reads_an_unclean_record(readme_check):
-  """The README tables that read unclean records are among those named above (so a new one is caught now)."""
+  """The README tables and figures that read unclean records are among those named above: a new one fails now."""
   failing, figures = readme_check
-  assert failing <= README_UNCLEAN and figures <= README_FIGURES
+  assert failing <= README_SWEEP_TABLES | README_RECORD_TABLES and figures <= README_FIGURES
 
 
 @pytest.mark.xfail(
   strict=True,
-  reason="README tables read unclean records: vit:fashion_mnist (legacy 6 of 6), d4rl:table4_all:hopper (Performer, "
-  "Reformer: dirty tree 1 of 3 each), lra:listops_paper (legacy JSON), benchmark:tcmalloc_10steps and "
-  "vs_release_summary:vs_release (tree state not recorded); the claims table's Table 4, Table 5 and LM intervals "
-  "come only from paired tables reading them (paired:d4rl:table4_all, paired:vit:fashion_mnist, paired:lm:enwiki)",
+  reason="README's sweep tables read unclean runs until their reruns land: vit:fashion_mnist (legacy 6 of 6), "
+  "d4rl:table4_all:hopper (Performer, Reformer: dirty tree 1 of 3 each); the claims table's Table 4, Table 5 and LM "
+  "intervals come only from paired tables reading unclean runs (paired:d4rl:table4_all, paired:vit:fashion_mnist, "
+  "paired:lm:enwiki)",
 )
-def test_every_readme_number_comes_from_a_clean_record(readme_check):
+def test_every_readme_sweep_number_comes_from_a_clean_record(readme_check):
   failing, figures = readme_check
-  assert failing == set() and figures == set()
+  assert not failing & README_SWEEP_TABLES and not figures
+
+
+@pytest.mark.xfail(
+  strict=True,
+  reason="README tables of one-off records that are not clean: lra:listops_paper (legacy JSON, no commit), "
+  "benchmark:tcmalloc_10steps and vs_release_summary:vs_release (a commit, the tree state not recorded)",
+)
+def test_every_readme_record_number_comes_from_a_clean_record(readme_check):
+  failing, _ = readme_check
+  assert not failing & README_RECORD_TABLES
