@@ -170,6 +170,18 @@ def test_the_check_command_sees_json_records_a_table_opens(tmp_path, monkeypatch
   assert "0 not clean, 0 without a device; 0 failure(s)" in capsys.readouterr().out
 
 
+def test_a_damaged_record_is_named_in_one_line(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+  path = tmp_path / "results" / "lra" / "listops_primalformer_paper_schedule.json"
+  path.parent.mkdir(parents=True)
+  path.write_text('{"command": "x')  # a copy cut short
+  doc = tmp_path / "doc.md"
+  doc.write_text("<!-- table:lra:listops_paper begin -->\n<!-- table:lra:listops_paper end -->\n")
+  assert check.main([str(doc)]) == 2
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith("provenance: error: ") and "table lra:listops_paper: " in line and str(path) in line
+
+
 def test_a_readme_figure_stated_only_by_unclean_tables_fails():
   readme = "x\n## Results\n\n| Table 5 | confirmed | +2.6 [+1.4, +3.8] |\n\n## API\n"
   unclean = (check.Record(Path("r"), run_origin(Path("/nonexistent"))),)
