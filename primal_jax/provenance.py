@@ -55,17 +55,17 @@ def git_commit() -> str | None:
 
 
 # Records, not code: a sweep rewrites its own results.md / results.csv after every run, and a record names the code
-# that ran, so changes under these folders leave a tree clean (before, a sweep's second run was marked dirty).
-RECORD_FOLDERS = ("experiments/results", "benchmarks/results")
+# that ran, so changes inside a `results` folder (the repository keeps its records in such folders) leave a tree
+# clean (before, a sweep's second run was marked dirty).
+RECORD_PATHSPEC = ":(top,exclude,glob)**/results/**"
 
 
 def git_dirty() -> bool | None:
-  """Whether tracked files other than records (`RECORD_FOLDERS`) differ from HEAD (None outside git or with
-  `$PRIMAL_JAX_COMMIT`)."""
+  """Whether tracked files other than records (`RECORD_PATHSPEC`: inside a `results` folder) differ from HEAD (None
+  outside git or with `$PRIMAL_JAX_COMMIT`)."""
   if os.environ.get(COMMIT_ENV):
     return None
-  excludes = [f":(top,exclude){folder}" for folder in RECORD_FOLDERS]
-  status = _git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", *excludes)
+  status = _git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", RECORD_PATHSPEC)
   return None if status is None else bool(status)
 
 
