@@ -315,7 +315,8 @@ def test_table4_plans_every_mechanism_at_a_head_width_above_every_s():
   counts = collections.Counter((dict(r.cell.labels)["model"], _model(r)) for r in runs)
   assert set(m for _, m in counts) == set(TABLE4) and set(counts.values()) == {3} and len(runs) == 9 * 3
   assert sweep.baselines["table4_all"] == ("model", "DT")
-  assert len(load_sweep(f"{D4RL_SWEEP}:halfcheetah").runs) == len(sweep.runs) + 27 + 42  # + table4_tuned's
+  # HalfCheetah adds its table4_all (27), table4_tuned (42) and table4_shared (21) runs
+  assert len(load_sweep(f"{D4RL_SWEEP}:halfcheetah").runs) == len(sweep.runs) + 27 + 42 + 21
   planned = plan(sweep.runs)
   assert len(select(planned, ["table4_all"])) == 27 and len(select(planned, ["table7"])) == 9
   # table7's s = 96 runs are table4_all's Primal.+DT runs; table4_tuned adds its baselines at 1e-3 (15).
