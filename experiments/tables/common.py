@@ -32,15 +32,20 @@ _READS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("reads
 
 
 @contextlib.contextmanager
-def reading() -> Iterator[list[str]]:
-  """Collects, while it is open, the run directories the tables rendered in it read their numbers from (`note_rows`);
-  yields the list it fills."""
+def collecting(var: contextvars.ContextVar) -> Iterator[list[str]]:
+  """Sets `var` to a fresh list while the context is open and yields it: what the code run inside appends to it."""
   found: list[str] = []
-  token = _READS.set(found)
+  token = var.set(found)
   try:
     yield found
   finally:
-    _READS.reset(token)
+    var.reset(token)
+
+
+def reading() -> contextlib.AbstractContextManager[list[str]]:
+  """Collects, while it is open, the run directories the tables rendered in it read their numbers from (`note_rows`);
+  yields the list it fills."""
+  return collecting(_READS)
 
 
 def note_rows(rows: Iterable) -> list:

@@ -52,12 +52,8 @@ def opened() -> Iterator[list[str]]:
   if not _HOOKED:
     sys.addaudithook(_audit)
     _HOOKED.append(True)
-  found: list[str] = []
-  token = _OPENED.set(found)
-  try:
+  with common.collecting(_OPENED) as found:
     yield found
-  finally:
-    _OPENED.reset(token)
 
 
 def file_records(paths: Iterable[str]) -> dict[Path, Origin]:
