@@ -4,7 +4,9 @@ records written by the family's own evaluation (`evaluate_model`, `write_record`
 from __future__ import annotations
 
 import dataclasses
+import json
 
+import jax
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
@@ -73,6 +75,11 @@ def test_metric_table_is_mean_and_std_of_the_records(folder):
   )
   assert tables.shift_value(records[tables.BASELINE][0], "acc") == pytest.approx(shift)
   assert tables.source_line(folder).startswith("From 15 evaluation records (12 runs, 3 ensembles) of commit ")
+
+
+def test_evaluation_records_name_the_devices_they_ran_on(folder):
+  record = json.loads((folder / "runs" / "softmax0" / evaluation.RECORD).read_text())
+  assert record["provenance"]["devices"]["platform"] == jax.default_backend()
 
 
 def test_paired_table_against_scipy_and_holm(folder, monkeypatch):

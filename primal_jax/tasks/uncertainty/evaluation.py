@@ -290,11 +290,12 @@ def evaluate_ensemble(workdirs: Sequence, settings: EvalSettings = EvalSettings(
 
 
 def write_record(path, record: dict) -> Path:
-  """`record` as JSON at `path` (atomically), with the provenance of this process."""
+  """`record` as JSON at `path` (atomically), with the provenance of this process, its devices included (the
+  evaluation ran on them)."""
   from primal_jax.atomic_files import write_json_atomically
   from primal_jax.provenance import provenance
 
   path = Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  write_json_atomically(path, {**record, "provenance": provenance(devices=False)}, indent=1)
+  write_json_atomically(path, {**record, "provenance": provenance()}, indent=1)
   return path
