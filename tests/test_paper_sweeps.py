@@ -226,9 +226,16 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected = {("listops", m): 3 for m in TABLE2}
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("softmax", "primalformer", "primal_plus")}
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("linformer", "yoso_e")}
-  expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 6}
-  assert counts == expected and len(plan(sweep.runs)) == 57 + 3  # figure1: the listops runs and 3 at eta 0
-  assert {r.protocol for r in sweep.runs} == {"own_validation"} and all(",short" in r.config for r in sweep.runs)
+  expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 6, ("listops_release", "primalformer"): 3}
+  # figure1: the listops runs and 3 at eta 0; listops_release: 3 on the release's schedule
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 3 + 3
+  assert {r.protocol for r in sweep.runs} == {"own_validation"}
+  assert {r.cell.table for r in sweep.runs if ",short" not in r.config} == {"listops_release"}
+  release = [p.config for p in select(plan(sweep.runs), ["listops_release"])]
+  assert {(c.total_steps, c.data.batch_size, c.optimizer.learning_rate, c.optimizer.warmup_steps) for c in release} == {
+    (5000, 32, 1e-4, 1000)
+  }
+  assert sorted(c.seed for c in release) == [0, 1, 2]
   assert set(sweep.baselines) == {"listops", "image", "pathfinder"}
   figure = select(plan(sweep.runs), ["figure1"])
   arms = {
@@ -261,7 +268,7 @@ def test_table2_plans_every_mechanism_task_and_seed():
 
 def test_table2_every_planned_model_builds_at_its_tasks_length():
   planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1,figure_seeds=0").runs)
-  assert len(planned) == 19
+  assert len(planned) == 19 + 1  # listops_release's seed 0
   for p in planned.values():
     task = p.runs[0].cell.table
     assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
