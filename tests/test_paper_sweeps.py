@@ -227,8 +227,10 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("softmax", "primalformer", "primal_plus")}
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("linformer", "yoso_e")}
   expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 6, ("listops_release", "primalformer"): 3}
-  # figure1: the listops runs and 3 at eta 0; listops_release: 3 on the release's schedule
-  assert counts == expected and len(plan(sweep.runs)) == 57 + 3 + 3
+  expected |= {("pathfinder_matched", "primalformer"): 3, ("pathfinder_matched", "linformer"): 6}
+  # figure1: the listops runs and 3 at eta 0; listops_release: 3 on the release's schedule; pathfinder_matched:
+  # the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 3 + 3 + 3
   assert {r.protocol for r in sweep.runs} == {"own_validation"}
   assert {r.cell.table for r in sweep.runs if ",short" not in r.config} == {"listops_release"}
   release = [p.config for p in select(plan(sweep.runs), ["listops_release"])]
@@ -236,7 +238,7 @@ def test_table2_plans_every_mechanism_task_and_seed():
     (5000, 32, 1e-4, 1000)
   }
   assert sorted(c.seed for c in release) == [0, 1, 2]
-  assert set(sweep.baselines) == {"listops", "image", "pathfinder"}
+  assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched"}
   figure = select(plan(sweep.runs), ["figure1"])
   arms = {
     (dict(r.cell.labels)["arm"], p.config.ksvd.eta, p.config.seed)
@@ -268,12 +270,32 @@ def test_table2_plans_every_mechanism_task_and_seed():
 
 def test_table2_every_planned_model_builds_at_its_tasks_length():
   planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1,figure_seeds=0").runs)
-  assert len(planned) == 19 + 1  # listops_release's seed 0
+  assert len(planned) == 19 + 1 + 1  # listops_release's and pathfinder_matched's (Linformer k 16) seed 0
   for p in planned.values():
     task = p.runs[0].cell.table
     assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
     assert (p.config.data.val_fraction if task == "image" else p.config.data.num_validation) > 0
     assert lra_params.count_config_params(p.config, task) > 0, (task, _model(p.runs[0]))
+
+
+def test_pathfinder_matched_linformer_has_primalformers_size_and_reuses_the_pathfinder_runs():
+  planned = plan(load_sweep(LRA_SWEEP).runs)
+  matched = select(planned, ["pathfinder_matched"])
+  size = {
+    dict(r.cell.labels)["model"]: lra_params.count_config_params(p.config, "pathfinder")
+    for p in matched
+    for r in p.runs
+    if r.cell.table == "pathfinder_matched"
+  }
+  assert size == {"PrimalFormer": 241_658, "Linformer (k 256)": 1_222_530, "Linformer (k 16)": 239_490}
+  assert abs(size["Linformer (k 16)"] / size["PrimalFormer"] - 1) < 0.01
+  # 2 x 2 heads x k x 1,024 entries of E, the rest as at k 256
+  assert size["Linformer (k 256)"] - size["Linformer (k 16)"] == 2 * 2 * (256 - 16) * 1024
+  shared = {p.key for p in matched if len(p.runs) > 1}
+  assert shared == {
+    p.key for p in select(planned, ["pathfinder"]) if _model(p.runs[0]) in ("linformer", "primalformer")
+  }
+  assert load_sweep(LRA_SWEEP).baselines["pathfinder_matched"] == ("model", "PrimalFormer")
 
 
 @pytest.mark.slow

@@ -25,6 +25,10 @@ Tables (`--only=listops,image,pathfinder` picks some):
     two seeds are one-off JSON records without a commit (experiments/results/lra/listops_primalformer_paper_
     schedule*.json, 34 min each on a free core). Only PrimalFormer: Trans. at 2,000 tokens takes about 13 h per
     seed of this schedule here.
+  pathfinder_matched: Pathfinder's one finding, Linformer above PrimalFormer, at equal size. Linformer's E
+    (one [heads, k, 1,024] per layer) gives it 1,222,530 parameters at the release's k = 256, PrimalFormer
+    241,658; at k = 16 it has 239,490. Rows: PrimalFormer and Linformer (k 256), the pathfinder table's runs,
+    and Linformer (k 16), 3 new runs; each against PrimalFormer.
 Every row has `seeds` seeds (3); paired differences: every row against Trans. of its table, seed by seed.
 
 Schedule: the `short` config of primal_jax/tasks/lra/config.py (the release's model: 2 layers, dim 64, hidden
@@ -78,6 +82,7 @@ import functools
 from experiments.engine.spec import Cell, Run, Sweep
 from primal_jax.errors import ConfigError
 from primal_jax.tasks.common import parse_config_arg
+from primal_jax.tasks.lra.config import attention_options
 
 CONFIG = "lra"  # the packaged config (primal_jax/tasks/lra/config.py), by name
 # Paper Table 2's columns, (label, model=), in its order.
@@ -106,7 +111,9 @@ TITLES = {
   "pathfinder": "Table 2, Pathfinder (`short` schedule and level)",
   "figure1": "ListOps: the models of Figure 1's spectra (checkpoints kept)",
   "listops_release": "ListOps on the release's schedule (5,000 steps): PrimalFormer",
+  "pathfinder_matched": "Pathfinder (`short`): Linformer at PrimalFormer's size (k 16) and at the release's (k 256)",
 }
+MATCHED_LINFORMER_K = 16  # Linformer's rows of E at which its Pathfinder model has PrimalFormer's size (0.9% fewer)
 FIGURE1_ARMS = (("Trans.", "softmax", None), ("PrimalFormer eta=0.1", "primalformer", None))
 FIGURE1_ARMS += (("PrimalFormer eta=0", "primalformer", 0.0),)
 DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
@@ -117,6 +124,12 @@ DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
 # on these splits); a row that did not learn on every seed takes part in no verdict (experiments.engine.paired).
 CHANCE = {"listops": 17.55, "image": 10.55, "pathfinder": 50.0}
 FIGURE1_EXAMPLES = 64  # test sequences per model's spectrum (smoke: 4)
+
+
+def linformer_options(k: int) -> dict:
+  """The `lra` config's Linformer options with `k` rows of E. The config lists no k (so its runs' hashes stay),
+  so the override sets the options whole."""
+  return {**attention_options("linformer", 0)["linformer"], "linformer_k": k}
 
 
 def image_baselines(value: str) -> tuple[str, ...]:
@@ -158,12 +171,20 @@ def get_sweep(arg: str | None = None) -> Sweep:
       "listops_release", (("dataset", DATASET["listops"]), ("model", "PrimalFormer")), PAPER_TABLE2["listops"][7]
     )
     runs.append(Run(f"{CONFIG}:task=listops,model=primalformer,{release}".rstrip(","), cell, seed, "own_validation"))
+  for seed in range(args["seeds"]):  # its first two rows are the pathfinder table's runs
+    for label, model, k in (("PrimalFormer", "primalformer", None), ("Linformer (k 256)", "linformer", None)) + (
+      ("Linformer (k 16)", "linformer", MATCHED_LINFORMER_K),
+    ):
+      overrides = smoke | ({} if k is None else {"model.attention.linformer": linformer_options(k)})
+      cell = Cell("pathfinder_matched", (("dataset", DATASET["pathfinder"]), ("model", label)))
+      runs.append(Run(f"{CONFIG}:task=pathfinder,model={model},{size}", cell, seed, "own_validation", overrides))
   schedule = "smoke runs" if args["smoke"] else "`short` runs (listops_release: the release's schedule)"
   notes = (
     f"{schedule}; see experiments/sweeps/lra.py. Values: test accuracy (%) at the best validation evaluation. "
     "The paper's column is its converged runs (Image: CIFAR-10): compare within a table."
   )
   baselines = {task: ("model", "Trans.") for task in ("listops", "image", "pathfinder")}
+  baselines["pathfinder_matched"] = ("model", "PrimalFormer")
   spectrum = functools.partial(_store_spectrum, num_examples=4 if args["smoke"] else FIGURE1_EXAMPLES)
   return Sweep(
     tuple(runs), titles=TITLES, notes=notes, baselines=baselines, after_run={"figure1": spectrum}, chance=CHANCE
