@@ -269,14 +269,10 @@ def test_unclean_in_refusal_is_one_line_of_the_command(tmp_path):
 
 # --- the real records
 
-# README tables that read records which are not clean today. Sweep runs, which `experiments.sweep --unclean_in`
-# trains again: the Hopper table at one learning rate (Performer, Reformer and Primal.+DT: a dirty tree 1 of 3
-# each); and the claims table's intervals of Table 4 and the LM, stated only by paired tables that read unclean
-# runs (paired:d4rl:table4_shared, paired:lm:enwiki: its 9 runs are legacy). Table 5 reads vit:table5_long, clean.
-README_SWEEP_TABLES = {"d4rl:table4_shared:hopper"}
-README_FIGURES = {"[-14.9, +18.7]", "[-0.033, +0.026]"}
-# One-off records, which a new run of their program replaces: the ListOps paper-schedule runs (legacy JSON), the
-# speed table's and the vs_release summary's benchmark records (a commit, the tree state not recorded).
+# README tables that read records which are not clean today: one-off records, which a new run of their program
+# replaces: the ListOps paper-schedule runs (legacy JSON), the speed table's and the vs_release summary's benchmark
+# records (a commit, the tree state not recorded). Every sweep table and claims interval of the README reads clean
+# records since their reruns landed (Hopper's three dirty-tree runs and the LM's nine legacy runs, at 04d9f3d).
 README_RECORD_TABLES = {"lra:listops_paper", "benchmark:tcmalloc_10steps", "vs_release_summary:vs_release"}
 
 
@@ -290,21 +286,11 @@ def readme_check():
   return failing, {line.split("figure ")[1].split(" is stated")[0] for line in lines}
 
 
-def test_no_other_readme_table_reads_an_unclean_record(readme_check):
-  """The README tables and figures that read unclean records are among those named above: a new one fails now."""
-  failing, figures = readme_check
-  assert failing <= README_SWEEP_TABLES | README_RECORD_TABLES and figures <= README_FIGURES
-
-
-@pytest.mark.xfail(
-  strict=True,
-  reason="README's sweep tables read unclean runs until their reruns land: d4rl:table4_shared:hopper (Performer, "
-  "Reformer, Primal.+DT: dirty tree 1 of 3 each); the claims table's Table 4 and LM intervals come only from paired "
-  "tables reading unclean runs (paired:d4rl:table4_shared, paired:lm:enwiki)",
-)
 def test_every_readme_sweep_number_comes_from_a_clean_record(readme_check):
+  """Every README table but the one-off records above, and every claims-table figure, reads only records that
+  name their commit and a clean tree: a new unclean one fails here."""
   failing, figures = readme_check
-  assert not failing & README_SWEEP_TABLES and not figures
+  assert failing <= README_RECORD_TABLES and not figures
 
 
 @pytest.mark.xfail(
