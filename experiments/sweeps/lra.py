@@ -123,6 +123,7 @@ DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
 # accuracy is above this + Sweep.learn_margin (2 points, about two standard errors of a chance-level classifier
 # on these splits); a row that did not learn on every seed takes part in no verdict (experiments.engine.paired).
 CHANCE = {"listops": 17.55, "image": 10.55, "pathfinder": 50.0}
+CHANCE |= {"listops_release": CHANCE["listops"], "pathfinder_matched": CHANCE["pathfinder"]}  # the same splits
 FIGURE1_EXAMPLES = 64  # test sequences per model's spectrum (smoke: 4)
 
 
