@@ -298,6 +298,26 @@ def test_pathfinder_matched_linformer_has_primalformers_size_and_reuses_the_path
   assert load_sweep(LRA_SWEEP).baselines["pathfinder_matched"] == ("model", "PrimalFormer")
 
 
+def test_a_table_that_shares_runs_reads_them_by_the_plan():
+  """pathfinder_matched's PrimalFormer and Linformer (k 256) rows are the pathfinder table's records; its own
+  Linformer (k 16) row sets the Linformer options whole (a mapping override, kept hashable in the Run)."""
+  from experiments.docs_tables import render_table
+
+  sweep = load_sweep(LRA_SWEEP)
+  assert "pathfinder_matched" in sweep.shared
+  k16 = next(r for r in sweep.runs if dict(r.cell.labels).get("model") == "Linformer (k 16)")
+  assert hash(k16) == hash(dataclasses.replace(k16))  # hashable, so aggregate can key the plan by run
+  assert k16.all_overrides(resolve(k16))["model.attention.linformer"] == {
+    "dropout_rate": 0.0,
+    "form": "release",
+    "linformer_k": 16,
+  }
+  table = render_table("lra:pathfinder_matched", Path(__file__).resolve().parents[1] / "docs")
+  rows = {line.split(" | ")[1]: line for line in table.splitlines() if line.startswith("| Pathfinder")}
+  assert set(rows) == {"PrimalFormer", "Linformer (k 256)", "Linformer (k 16)"}
+  assert "| 60.3 ± 0.3 | 3 of 3 |" in rows["PrimalFormer"]  # the pathfinder table's three records
+
+
 @pytest.mark.slow
 def test_every_listops_mechanism_trains_a_smoke_run(tmp_path):
   sweep = _only(load_sweep(f"{LRA_SWEEP}:smoke,seeds=1"), "listops")

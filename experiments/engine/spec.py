@@ -53,6 +53,11 @@ PROTOCOL_TITLE: Mapping[str, str] = types.MappingProxyType(
 )
 
 
+class _Options(tuple):
+  """An override whose value is a mapping (a config section set whole), kept in a Run as its items so the Run
+  stays hashable; `Run.all_overrides` gives the mapping back."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
   """One training run of a sweep. `overrides`: a mapping (or pairs) of dotted config keys to values, applied last."""
@@ -66,13 +71,15 @@ class Run:
   def __post_init__(self):
     if self.protocol not in PROTOCOLS:
       raise ConfigError(f"{self.cell}: protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
-    if isinstance(self.overrides, Mapping):
-      object.__setattr__(self, "overrides", tuple(self.overrides.items()))
+    items = self.overrides.items() if isinstance(self.overrides, Mapping) else self.overrides
+    frozen = tuple((key, _Options(value.items()) if isinstance(value, Mapping) else value) for key, value in items)
+    object.__setattr__(self, "overrides", frozen)
 
   def all_overrides(self, config) -> dict[str, Any]:
     """Protocol, seeds (`seed` and, where the config has one, `data.seed`) and the run's own overrides."""
     seeds = {"seed": self.seed, **({"data.seed": self.seed} if "seed" in config.get("data", {}) else {})}
-    return {**PROTOCOLS[self.protocol], **seeds, **dict(self.overrides)}
+    own = {key: dict(value) if isinstance(value, _Options) else value for key, value in self.overrides}
+    return {**PROTOCOLS[self.protocol], **seeds, **own}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +103,9 @@ class Sweep:
   `tuned`: table name -> a label column whose values are a grid every row of the table is trained at (one tuning
   protocol for every mechanism); each group's value is chosen on validation and only the chosen rows are paired
   (`experiments.engine.tuning`).
+  `shared`: tables some of whose rows are runs recorded under other tables; the docs read them by the plan
+  (`experiments.engine.aggregate`), not by the tables each record names (a table with no record of its own is
+  read so anyway).
   """
 
   runs: tuple[Run, ...]
@@ -111,6 +121,7 @@ class Sweep:
   chance: Mapping[str, float] = dataclasses.field(default_factory=dict)
   learn_margin: float = 2.0
   tuned: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  shared: tuple[str, ...] = ()
 
   def __post_init__(self):
     """Refuses a baseline row no run of its table reports to (a misspelt label), or a negative margin. A table

@@ -188,7 +188,13 @@ def get_sweep(arg: str | None = None) -> Sweep:
   baselines["pathfinder_matched"] = ("model", "PrimalFormer")
   spectrum = functools.partial(_store_spectrum, num_examples=4 if args["smoke"] else FIGURE1_EXAMPLES)
   return Sweep(
-    tuple(runs), titles=TITLES, notes=notes, baselines=baselines, after_run={"figure1": spectrum}, chance=CHANCE
+    tuple(runs),
+    titles=TITLES,
+    notes=notes,
+    baselines=baselines,
+    after_run={"figure1": spectrum},
+    chance=CHANCE,
+    shared=("pathfinder_matched",),
   )
 
 

@@ -19,10 +19,11 @@ from primal_jax import markdown
 
 def docs_rows(folder: Path, sweep, table: str) -> list:
   """The rows a docs table of `table` reads: the finished runs' own records (`stored_rows`), or, for a tuned table
-  (`Sweep.tuned`), the sweep's plan (`aggregate`): its grid reuses runs recorded under other tables."""
+  (`Sweep.tuned`) or one that shares runs (`Sweep.shared`), the sweep's plan (`aggregate`): it reuses runs recorded
+  under other tables."""
   from experiments.engine.aggregate import aggregate, stored_rows
 
-  rows = [] if table in sweep.tuned else stored_rows(folder)
+  rows = [] if table in sweep.tuned or table in sweep.shared else stored_rows(folder)
   if not any(row.cell.table == table for row in rows):  # tuned, or every run recorded under other tables
     rows = [row for row in aggregate(sweep, folder) if row.cell.table == table]
   note_rows(row for row in rows if row.cell.table == table)  # what the table reads (experiments.provenance)

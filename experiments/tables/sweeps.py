@@ -61,10 +61,11 @@ def _rows(family: str, table: str, order: Sequence[str] = (), labels: Mapping[st
   folder = common.RESULTS / family / "sweep"
   wanted = (labels or {}).items()
   stored = [row for row in stored_rows(folder) if row.cell.table == table]
-  if not stored:  # a table whose runs were all recorded under other tables (d4rl's table4_shared): by the plan
+  sweep = docs_sweep(family)
+  if not stored or table in sweep.shared:  # runs recorded under other tables (d4rl's table4_shared): by the plan
     from experiments.engine.aggregate import aggregate
 
-    stored = [row for row in aggregate(docs_sweep(family), folder) if row.cell.table == table and row.n]
+    stored = [row for row in aggregate(sweep, folder) if row.cell.table == table and row.n]
   rows = [row for row in stored if wanted <= dict(row.cell.labels).items()]
   if not rows and wanted:
     where = ", ".join(f"{k} {v!r}" for k, v in wanted)
