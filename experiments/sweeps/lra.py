@@ -166,12 +166,12 @@ def get_sweep(arg: str | None = None) -> Sweep:
       overrides = smoke | ({} if eta is None else {"ksvd.eta": eta})
       cell = Cell("figure1", (("arm", label),))
       runs.append(Run(f"{CONFIG}:task=listops,model={model},{size}", cell, seed, "own_validation", overrides))
-  release = "smoke" if args["smoke"] else ""
-  for seed in range(args["seeds"]):  # the release's schedule: `short` left out
+  release = ",smoke" if args["smoke"] else ""  # the release's schedule: the config without `short`
+  for seed in range(args["seeds"]):
     cell = Cell(
       "listops_release", (("dataset", DATASET["listops"]), ("model", "PrimalFormer")), PAPER_TABLE2["listops"][7]
     )
-    runs.append(Run(f"{CONFIG}:task=listops,model=primalformer,{release}".rstrip(","), cell, seed, "own_validation"))
+    runs.append(Run(f"{CONFIG}:task=listops,model=primalformer{release}", cell, seed, "own_validation"))
   for seed in range(args["seeds"]):  # its first two rows are the pathfinder table's runs
     for label, model, k in (("PrimalFormer", "primalformer", None), ("Linformer (k 256)", "linformer", None)) + (
       ("Linformer (k 16)", "linformer", MATCHED_LINFORMER_K),
