@@ -51,10 +51,50 @@ def test_a_figure_of_no_record_in_the_readme_summary_is_named():
   assert unbacked_figures(claim, generated_text()) == ["12.34", "42.42x", "97.31%"]
 
 
+# An interval as prose quotes one: "[-2.8, -0.5]", "[+1.4, +3.8]".
+INTERVAL = re.compile(r"\[([+-]?\d[\d,]*\.\d+), ([+-]?\d[\d,]*\.\d+)\]")
+
+
+def _bounds(match: re.Match) -> tuple[float, float]:
+  return tuple(float(bound.replace(",", "")) for bound in match.groups())
+
+
+def unbacked_intervals(prose: str, generated: str) -> list[str]:
+  """The intervals of `prose` outside its generated sections that no generated section states, to the decimals
+  the prose prints or with its sign turned (a difference quoted the other way round: B - A for a table's A - B).
+  A table's interval changes when a run lands (a mean, or Holm's family), so a hand-copied one goes stale."""
+  stated = {_bounds(m) for m in INTERVAL.finditer(generated)}
+  out = []
+  for match in INTERVAL.finditer(docs_tables.MARKER.sub("", prose)):
+    digits = len(match.group(1).rpartition(".")[2])
+    quoted = _bounds(match)
+    rounded = {(round(a, digits), round(b, digits)) for a, b in stated}
+    rounded |= {(round(-b, digits), round(-a, digits)) for a, b in stated}
+    if not any(abs(a - quoted[0]) < 1e-9 and abs(b - quoted[1]) < 1e-9 for a, b in rounded):
+      out.append(match.group(0))
+  return out
+
+
+@pytest.mark.parametrize("document", ["README.md"] + sorted(p.name for p in (ROOT / "docs").glob("*.md")))
+def test_every_interval_in_the_prose_is_one_a_generated_table_states(document):
+  """README and docs prose quote intervals from the generated tables; each must still be one of them (rounded,
+  or negated). docs/archive.md, whose sections describe superseded runs as they were, is not checked."""
+  if document == "archive.md":
+    pytest.skip("superseded runs, described as they were")
+  path = ROOT / document if document == "README.md" else ROOT / "docs" / document
+  assert unbacked_intervals(path.read_text(), generated_text()) == []
+
+
+def test_a_stale_interval_in_the_prose_is_named():
+  generated = "| x | +1.9 | [-8.0, +4.3] | [-18.74, +14.91] |"
+  prose = "level: -1.9 [-4.3, +8.0], Holm [-14.9, +18.7]; stale: [-14.9, +18.8] and [-8.0, +4.4]"
+  assert unbacked_intervals(prose, generated) == ["[-14.9, +18.8]", "[-8.0, +4.4]"]
+
+
 # (document, table, a figure of the record that the table shows)
 TAMPERED = [
   ("README.md", "d4rl:table4_shared:hopper", "37.2 ± 5.9"),
-  ("README.md", "vs_release_summary:vs_release", "1.55-1.94x"),
+  ("README.md", "vs_release_summary:vs_release_2026_12_06", "1.57-1.78x"),
   ("docs/benchmarks.md", "step_profile:step_profile", "dW = X^T dY 28-60%"),
   ("docs/results.md", "lm:enwiki", "3.129 ± 0.026"),
 ]

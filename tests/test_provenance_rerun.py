@@ -269,12 +269,11 @@ def test_unclean_in_refusal_is_one_line_of_the_command(tmp_path):
 
 # --- the real records
 
-# README tables that read records which are not clean today: one-off records, which a new run of their program
-# replaces: the ListOps paper-schedule runs (legacy JSON) and the vs_release summary's benchmark record (a commit,
-# the tree state not recorded); the speed table's was measured again at a clean commit (c1c47c8). Every sweep
-# table and claims interval of the README reads clean records since their reruns landed (Hopper's three
-# dirty-tree runs and the LM's nine legacy runs, at 04d9f3d).
-README_RECORD_TABLES = {"lra:listops_paper", "vs_release_summary:vs_release"}
+# README tables that read records which are not clean today: the ListOps paper-schedule runs (legacy JSON), which
+# a sweep table replaces. The speed table's and the vs_release summary's benchmark records were measured again at
+# clean commits (c1c47c8, fc5197a). Every sweep table and claims interval of the README reads clean records since
+# their reruns landed (Hopper's three dirty-tree runs and the LM's nine legacy runs, at 04d9f3d).
+README_RECORD_TABLES = {"lra:listops_paper"}
 
 
 @pytest.fixture(scope="module")
@@ -296,8 +295,7 @@ def test_every_readme_sweep_number_comes_from_a_clean_record(readme_check):
 
 @pytest.mark.xfail(
   strict=True,
-  reason="README tables of one-off records that are not clean: lra:listops_paper (legacy JSON, no commit) and "
-  "vs_release_summary:vs_release (a commit, the tree state not recorded)",
+  reason="a README table of one-off records that are not clean: lra:listops_paper (legacy JSON, no commit)",
 )
 def test_every_readme_record_number_comes_from_a_clean_record(readme_check):
   failing, _ = readme_check

@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks import release_step, vs_release
 from benchmarks.harness import process
-from experiments.tables.vs_release import results_markdown
+from experiments.tables.vs_release import results_markdown, summary_markdown
 
 TORCH_PYTHON = os.environ.get("PRIMAL_JAX_TORCH_PYTHON", "")
 RELEASE_DIR = os.environ.get("PRIMAL_JAX_RELEASE_DIR", "")
@@ -110,6 +110,25 @@ def test_markdown_ratio_load_and_peak_fraction():
   assert cells[6] == "0.00 (0.00) / 0.25 (0.25)"
   assert cells[8] == "50%"
   assert "torch 2.13.0" in table and "load average 0.5" in table
+
+
+def test_summary_leaves_out_a_contended_cell_and_names_it():
+  """A cell timed while other processes kept more than BUSY_CORES busy takes no part in the summary's ranges."""
+  meta = {"date": "2026-01-01T00:00:00", "git_commit": "abc", "args": {"threads": 2}}
+  records = [
+    _record("release", [0.40], 0.0),
+    _record("ours", [0.20], 0.0),  # N 1024: 2.00x
+    {**_record("release", [0.80], 0.0), "seq_len": 2048},
+    {**_record("ours", [0.50], 0.0), "seq_len": 2048},  # 1.60x
+    {**_record("release", [1.60], 0.0), "seq_len": 4096},
+    {**_record("ours", [2.00], 0.38), "seq_len": 4096},  # 0.80x, contended
+  ]
+  text = summary_markdown({"meta": meta, "records": records})
+  assert "primalformer 1.60-2.00x with glibc malloc." in text
+  assert "glibc malloc N=4096 primalformer (ours 0.38)." in text
+  calm = {**records[5], "steps": [{**records[5]["steps"][0], "other_cores": 0.1}]}
+  quiet = summary_markdown({"meta": meta, "records": records[:5] + [calm]})
+  assert "primalformer 0.80-2.00x with glibc malloc." in quiet and "Left out" not in quiet
 
 
 def _run_tiny(tmp_path, sides):

@@ -103,6 +103,9 @@ def docs_table(name: str, base: Path) -> str:
 
 
 ALLOCATOR_NAMES = {"system": "glibc malloc", "tcmalloc": "tcmalloc", "jemalloc": "jemalloc"}
+# A side timed while other processes kept more than this many cores busy (the median over its timed steps) is
+# contended: its cell's ratio is left out of the summary's ranges, and the summary names it.
+BUSY_CORES = 0.2
 
 
 def _span(values: list[float]) -> str:
@@ -119,6 +122,11 @@ def summary_markdown(results: dict) -> str:
     mine = [r for r in records if (r["allocator"], r["seq_len"], r["model"]) == (allocator, n, model)]
     cells[allocator, n, model] = {side: _cell([r for r in mine if r["side"] == side]) for side in SIDES}
   lengths = sorted({n for _, n, _ in cells})
+  busy = {
+    key: [f"{side} {c['other_median']:.2f}" for side, c in sides.items() if c and (c["other_median"] or 0) > BUSY_CORES]
+    for key, sides in cells.items()
+  }
+  cells = {key: sides for key, sides in cells.items() if not busy[key]}
   parts = []
   for model in dict.fromkeys(m for _, _, m in cells):
     spans = []
@@ -143,6 +151,14 @@ def summary_markdown(results: dict) -> str:
   ]
   if allocator_ratios:
     text += f" Our step with glibc malloc over tcmalloc: {_span(allocator_ratios)}."
+  left_out = [
+    f"{ALLOCATOR_NAMES.get(a, a)} N={n} {m} ({', '.join(sides)})" for (a, n, m), sides in busy.items() if sides
+  ]
+  if left_out:
+    text += (
+      f" Left out, timed while other processes kept over {BUSY_CORES} cores busy (median, cores): "
+      f"{'; '.join(left_out)}."
+    )
   return text + f" Run of {meta['date'][:10]}, commit {(meta['git_commit'] or '?')[:9]}"
 
 
