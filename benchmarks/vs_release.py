@@ -63,6 +63,7 @@ def run_ours(args) -> dict:
 
   from benchmarks import train_step
   from benchmarks.harness import measure as bm
+  from primal_jax.provenance import device_summary
 
   device = jax.devices()[0]
   variant = train_step.available_variants()[model]
@@ -92,6 +93,7 @@ def run_ours(args) -> dict:
     "compile_seconds": prepared.compile_seconds,
     "matmul_peak": None if peak is None else {k: peak[k] for k in ("size", "flops_per_s", "seconds")},
     "versions": {"jax": jax.__version__, "python": platform.python_version()},
+    "devices": device_summary(),
   }
   print(OURS_MARKER + json.dumps(out), flush=True)
   return out
@@ -227,6 +229,9 @@ def run(args) -> dict:
     records.append(run_job(args, job))
     print(f"[{i + 1}/{len(jobs)}] {tables.summary_line(records[-1])}", file=sys.stderr, flush=True)
   meta["load_average_end"] = list(os.getloadavg())
+  ours = next((r["devices"] for r in records if r.get("devices")), None)  # the torch side runs on the CPU
+  if ours:
+    meta["platform"], meta["device_kind"] = ours["platform"], ours["kind"]
   return {"meta": meta, "records": records}
 
 

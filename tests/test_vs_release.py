@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks import release_step, vs_release
 from benchmarks.harness import process
+from experiments.engine.records import record_origin
 from experiments.tables.vs_release import results_markdown, summary_markdown
 
 TORCH_PYTHON = os.environ.get("PRIMAL_JAX_TORCH_PYTHON", "")
@@ -142,6 +143,7 @@ def _run_tiny(tmp_path, sides):
   proc = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-2000:]
   results = json.loads((tmp_path / "vs_release.json").read_text())
+  assert record_origin(results).devices == {"platform": "cpu", "kind": "cpu"}
   assert (tmp_path / "vs_release.md").read_text().count("| system | 256 | primalformer |") == 1
   return results["records"]
 
@@ -152,6 +154,7 @@ def test_ours_end_to_end_at_a_tiny_size(tmp_path):
   assert "error" not in record, record.get("error")
   assert record["side"] == "ours" and record["allocator"] == "system"
   assert len(record["steps"]) == 2 and all(s["seconds"] > 0 for s in record["steps"])
+  assert record["devices"]["platform"] == "cpu"  # the record's meta takes it (the provenance check reads it)
   assert all(2.0 < loss < 2.7 for loss in record["losses"])  # cross-entropy near log(10) after 3 steps
   assert record["flops_per_step"] > 1e8 and record["matmul_peak"]["flops_per_s"] > 0
   assert record["threads"]["cores"] and "--xla_cpu_multi_thread_eigen=true" in record["threads"]["xla_flags"]
