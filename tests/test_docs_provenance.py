@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import docs_tables
+from experiments import docs_tables, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 # Measured figures: decimals (3.129, 0.69), ratios (1.55x, 2x) and percentages (43%); counts and settings
@@ -51,38 +51,37 @@ def test_a_figure_of_no_record_in_the_readme_summary_is_named():
   assert unbacked_figures(claim, generated_text()) == ["12.34", "42.42x", "97.31%"]
 
 
-# An interval as prose quotes one: "[-2.8, -0.5]", "[+1.4, +3.8]".
-INTERVAL = re.compile(r"\[([+-]?\d[\d,]*\.\d+), ([+-]?\d[\d,]*\.\d+)\]")
-
-
-def _bounds(match: re.Match) -> tuple[float, float]:
-  return tuple(float(bound.replace(",", "")) for bound in match.groups())
+def _bounds(interval: str) -> tuple[float, float]:
+  """ "[-2.8, +0.5]" -> (-2.8, 0.5)."""
+  low, high = interval.strip("[]").split(", ")
+  return float(low.replace(",", "")), float(high.replace(",", ""))
 
 
 def unbacked_intervals(prose: str, generated: str) -> list[str]:
   """The intervals of `prose` outside its generated sections that no generated section states, to the decimals
   the prose prints or with its sign turned (a difference quoted the other way round: B - A for a table's A - B).
   A table's interval changes when a run lands (a mean, or Holm's family), so a hand-copied one goes stale."""
-  stated = {_bounds(m) for m in INTERVAL.finditer(generated)}
+  stated = {_bounds(interval) for interval in provenance.INTERVAL.findall(generated)}
   out = []
-  for match in INTERVAL.finditer(docs_tables.MARKER.sub("", prose)):
-    digits = len(match.group(1).rpartition(".")[2])
-    quoted = _bounds(match)
+  for interval in provenance.INTERVAL.findall(docs_tables.MARKER.sub("", prose)):
+    digits = len(interval.split(", ")[0].rpartition(".")[2])
+    quoted = _bounds(interval)
     rounded = {(round(a, digits), round(b, digits)) for a, b in stated}
     rounded |= {(round(-b, digits), round(-a, digits)) for a, b in stated}
     if not any(abs(a - quoted[0]) < 1e-9 and abs(b - quoted[1]) < 1e-9 for a, b in rounded):
-      out.append(match.group(0))
+      out.append(interval)
   return out
 
 
-@pytest.mark.parametrize("document", ["README.md"] + sorted(p.name for p in (ROOT / "docs").glob("*.md")))
+# docs/archive.md describes superseded runs as they were, so it is not checked.
+PROSE = ["README.md"] + sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md") if p.name != "archive.md")
+
+
+@pytest.mark.parametrize("document", PROSE)
 def test_every_interval_in_the_prose_is_one_a_generated_table_states(document):
   """README and docs prose quote intervals from the generated tables; each must still be one of them (rounded,
-  or negated). docs/archive.md, whose sections describe superseded runs as they were, is not checked."""
-  if document == "archive.md":
-    pytest.skip("superseded runs, described as they were")
-  path = ROOT / document if document == "README.md" else ROOT / "docs" / document
-  assert unbacked_intervals(path.read_text(), generated_text()) == []
+  or negated)."""
+  assert unbacked_intervals((ROOT / document).read_text(), generated_text()) == []
 
 
 def test_a_stale_interval_in_the_prose_is_named():
