@@ -226,11 +226,11 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected = {("listops", m): 3 for m in TABLE2}
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("softmax", "primalformer", "primal_plus")}
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("linformer", "yoso_e")}
-  expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 6, ("listops_release", "primalformer"): 3}
+  expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 9, ("listops_release", "primalformer"): 3}
   expected |= {("pathfinder_matched", "primalformer"): 3, ("pathfinder_matched", "linformer"): 6}
-  # figure1: the listops runs and 3 at eta 0; listops_release: 3 on the release's schedule; pathfinder_matched:
-  # the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16
-  assert counts == expected and len(plan(sweep.runs)) == 57 + 3 + 3 + 3
+  # figure1: the listops runs, 3 at eta 0 and 3 at eta 2; listops_release: 3 on the release's schedule;
+  # pathfinder_matched: the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3
   assert {r.protocol for r in sweep.runs} == {"own_validation"}
   assert {r.cell.table for r in sweep.runs if ",short" not in r.config} == {"listops_release"}
   release = [p.config for p in select(plan(sweep.runs), ["listops_release"])]
@@ -248,7 +248,12 @@ def test_table2_plans_every_mechanism_task_and_seed():
   }
   assert arms == {
     (a, eta, s)
-    for a, eta in (("Trans.", 0.0), ("PrimalFormer eta=0.1", 0.1), ("PrimalFormer eta=0", 0.0))
+    for a, eta in (
+      ("Trans.", 0.0),
+      ("PrimalFormer eta=0.1", 0.1),
+      ("PrimalFormer eta=0", 0.0),
+      ("PrimalFormer eta=2", 2.0),
+    )
     for s in range(3)
   }
   assert all(p.config.get("checkpoint_on_eval", True) and p.config.data.task == "listops" for p in figure)
@@ -336,7 +341,7 @@ def test_figure1_keeps_each_models_spectrum_and_the_arms_need_no_checkpoint(tmp_
 
   sweep = _only(load_sweep(f"{LRA_SWEEP}:smoke,seeds=1,figure_seeds=2"), "figure1")
   report = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
-  assert not report["failed"] and len(report["ran"]) == 6  # 3 arms x 2 models
+  assert not report["failed"] and len(report["ran"]) == 8  # 4 arms x 2 models
   arms = {dict(r.cell.labels)["arm"]: [] for r in sweep.runs}
   for run in sweep.runs:
     arms[dict(run.cell.labels)["arm"]].append(tmp_path / "runs" / next(k for k, p in plan([run]).items()))

@@ -14,12 +14,13 @@ Tables (`--only=listops,image,pathfinder` picks some):
   pathfinder: Pathfinder, the same five models as image, at the `short` level (below LRA's, see below).
   figure1: Figure 1's arms on ListOps, `figure_seeds` models each (3): Trans. and PrimalFormer (eta 0.1, the
     release's) are the listops table's runs (LRA runs keep a checkpoint at every evaluation); PrimalFormer at
-    eta 0 adds 3 runs. Right after each run trains, the sweep keeps its spectrum on the first 64 test sequences
-    in the run directory (`after_run`: experiments.spectrum.store_run_spectrum; the checkpoints are not
-    committed, the spectrum is), so `python -m experiments.spectrum --workdir=RUN --label=ARM ...
-    --reference=Trans. --num_examples=64` summarises the arms from the records alone (docs/results.md, "Attention
-    spectra"). Train it in its own workdir (experiments/results/lra_figure1): the listops table's runs of the same
-    configs finished before spectra were kept, and their checkpoints are gone.
+    eta 0 and at eta 2 (where the KSVD term is about a tenth of the task loss at step 1) add 3 runs each. Right
+    after each run trains, the sweep keeps its spectrum on the first 64 test sequences in the run directory
+    (`after_run`: experiments.spectrum.store_run_spectrum; the checkpoints are not committed, the spectrum is),
+    so `python -m experiments.spectrum --workdir=RUN --label=ARM ... --reference=Trans. --num_examples=64`
+    summarises the arms from the records alone (docs/results.md, "Attention spectra"). Train it in its own
+    workdir (experiments/results/lra_figure1): the listops table's runs of the same configs finished before
+    spectra were kept, and their checkpoints are gone.
   listops_release: PrimalFormer on the release's ListOps schedule (the `lra` config without `short`: 5,000 steps
     of batch 32, lr 1e-4, warm-up 1,000, linear decay), `seeds` seeds: the README's ListOps table, whose first
     two seeds are one-off JSON records without a commit (experiments/results/lra/listops_primalformer_paper_
@@ -116,6 +117,9 @@ TITLES = {
 MATCHED_LINFORMER_K = 16  # Linformer's rows of E at which its Pathfinder model has PrimalFormer's size (0.9% fewer)
 FIGURE1_ARMS = (("Trans.", "softmax", None), ("PrimalFormer eta=0.1", "primalformer", None))
 FIGURE1_ARMS += (("PrimalFormer eta=0", "primalformer", 0.0),)
+# eta x KSVD / task loss at step 1 is 0.004-0.007 at the release's 0.1 (the term cannot act; issue 55) and linear in
+# eta there: eta 2 puts it at about 0.1 (0.09-0.15 on the three seeds' step-1 values)
+FIGURE1_ARMS += (("PrimalFormer eta=2", "primalformer", 2.0),)
 DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
 # The best validation accuracy (%) without learning: the validation split's most frequent label. ListOps: label 9,
 # 17.55% of its 2,000 validation sequences (data_seed 0 for every seed; label 0 is 16.8%); Image: label 4, 10.55% of
