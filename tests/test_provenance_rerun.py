@@ -269,11 +269,10 @@ def test_unclean_in_refusal_is_one_line_of_the_command(tmp_path):
 
 # --- the real records
 
-# README tables that read records which are not clean today: the ListOps paper-schedule runs (legacy JSON), which
-# a sweep table replaces. The speed table's and the vs_release summary's benchmark records were measured again at
-# clean commits (c1c47c8, fc5197a). Every sweep table and claims interval of the README reads clean records since
-# their reruns landed (Hopper's three dirty-tree runs and the LM's nine legacy runs, at 04d9f3d).
-README_RECORD_TABLES = {"lra:listops_paper"}
+# Every README table and claims-table figure reads clean records: the speed table's and the vs_release summary's
+# benchmark records were measured again at clean commits (c1c47c8, fc5197a), Hopper's three dirty-tree runs and the
+# LM's nine legacy runs were rerun (04d9f3d), and the ListOps table reads `lra:listops_release` (d3d67c8) in place of
+# the two legacy JSONs of `lra:listops_paper`, which docs/results.md keeps.
 
 
 @pytest.fixture(scope="module")
@@ -286,17 +285,8 @@ def readme_check():
   return failing, {line.split("figure ")[1].split(" is stated")[0] for line in lines}
 
 
-def test_every_readme_sweep_number_comes_from_a_clean_record(readme_check):
-  """Every README table but the one-off records above, and every claims-table figure, reads only records that
-  name their commit and a clean tree: a new unclean one fails here."""
+def test_every_readme_number_comes_from_a_clean_record(readme_check):
+  """Every README table and every claims-table figure reads only records that name their commit and a clean tree:
+  a new unclean one fails here."""
   failing, figures = readme_check
-  assert failing <= README_RECORD_TABLES and not figures
-
-
-@pytest.mark.xfail(
-  strict=True,
-  reason="a README table of one-off records that are not clean: lra:listops_paper (legacy JSON, no commit)",
-)
-def test_every_readme_record_number_comes_from_a_clean_record(readme_check):
-  failing, _ = readme_check
-  assert not failing & README_RECORD_TABLES
+  assert not failing and not figures
