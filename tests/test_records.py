@@ -56,7 +56,9 @@ def _tracked_runs(folder) -> set[str]:
 
 
 @pytest.mark.parametrize(
-  "family", ["uea_table1", "uea_figure1", "lra/sweep", "lra_figure1", "d4rl/sweep", "lm/sweep", "vit/sweep"]
+  "family",
+  ["uea_table1", "uea_figure1", "uea_figure1_calibrated", "lra/sweep", "lra_figure1", "d4rl/sweep", "lm/sweep"]
+  + ["vit/sweep", "vit_figure1_calibrated"],
 )
 def test_every_run_record_is_found_under_its_key(family):
   """A run's directory is its key (what the sweep looks up), the hash of the config its result.json records,
