@@ -355,9 +355,9 @@ def test_figure1_keeps_each_models_spectrum_and_the_arms_need_no_checkpoint(tmp_
   result = analyze(
     workdirs, tmp_path / "out", labels=labels, num_examples=4, references=["Trans."], print_fn=lambda _: None
   )
-  assert {r["source"] for r in result["runs"]} == {"stored"} and [r["seed"] for r in result["runs"]] == [0, 1] * 3
-  assert [r["layers"][0]["kind"] for r in result["runs"]] == ["softmax"] * 2 + ["primal"] * 4
-  assert len(result["arms"]["paired"]) == 2 * 2 * 2  # 2 arms x 2 layers x (k90, k99) against Trans.
+  assert {r["source"] for r in result["runs"]} == {"stored"} and [r["seed"] for r in result["runs"]] == [0, 1] * 4
+  assert [r["layers"][0]["kind"] for r in result["runs"]] == ["softmax"] * 2 + ["primal"] * 6
+  assert len(result["arms"]["paired"]) == 3 * 2 * 2  # 3 arms x 2 layers x (k90, k99) against Trans.
 
 
 # --- Table 4 (D4RL)
