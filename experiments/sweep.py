@@ -102,6 +102,7 @@ def run(argv: list[str] | None = None) -> None:
       print(f"experiments.sweep: error: {err}", file=sys.stderr)
       sys.exit(2)
     busy = f"{len(report['busy'])} in use by another process (skipped), " if report["busy"] else ""
+    busy += f"{len(report['pilot'])} left to their table's pilot (skipped), " if report["pilot"] else ""
     print(
       f"{len(report['ran'])} run(s) trained, {len(report['skipped'])} already finished, {busy}"
       f"{len(report['failed'])} failed, in {time.monotonic() - start:.0f}s; tables in {workdir_flag.value}/results.md"

@@ -428,6 +428,38 @@ def test_shards_partition_the_runs_and_lock_apart(data_dir, tmp_path):
   assert [r.n for r in write_results(sweep, tmp_path)] == [1, 1, 1]
 
 
+def test_a_pilot_trains_its_seeds_at_every_value_and_the_rest_at_the_chosen_one(data_dir, tmp_path):
+  """Sweep.pilot on real runs: a tuned table of 2 learning rates x 2 seeds, seed 0 the pilot. A shard that reaches
+  seed 1 before the whole pilot has finished leaves it for later; once the pilot has chosen, seed 1 trains at the
+  chosen rate only, and the tables pair the chosen row's both seeds."""
+  from experiments.engine.tuning import sweep_choices
+
+  overrides = {"total_steps": 2, "data.data_dir": data_dir}
+  runs = tuple(
+    Run(f"{CONFIG}:smoke", Cell("t", (("model", "PrimalFormer"), ("lr", lr))), seed, "honest", overrides | rate)
+    for seed in (0, 1)
+    for lr, rate in (("1e-3", {"optimizer.learning_rate": 1e-3}), ("1e-2", {"optimizer.learning_rate": 1e-2}))
+  )
+  sweep = Sweep(runs, tuned={"t": "lr"}, pilot={"t": (0,)})
+  keys = list(plan(sweep.runs))  # seed 0 at 1e-3, 1e-2, then seed 1 at 1e-3, 1e-2
+  lines = []
+  first = run_sweep(sweep, tmp_path, shard=(1, 2), print_fn=lines.append)  # seed 0 at 1e-2, then seed 1 at 1e-2
+  assert first["ran"] == [keys[1]] and first["pilot"] == {keys[3]: "waiting for the pilot (seeds 0) of t"}
+  assert f"  {keys[3]}: not trained: waiting for the pilot (seeds 0) of t" in lines
+  second = run_sweep(sweep, tmp_path, print_fn=lambda _: None)
+  (choice,) = sweep_choices(sweep, second["rows"], "t")
+  chosen, other = (keys[2], keys[3]) if choice.chosen == "1e-3" else (keys[3], keys[2])
+  assert second["ran"] == [keys[0], chosen] and list(second["pilot"]) == [other]
+  assert second["pilot"][other] == f"lr {'1e-2' if choice.chosen == '1e-3' else '1e-3'} not chosen by the pilot " + (
+    f"of t ({choice.chosen})"
+  )
+  assert choice.row.seeds == (0, 1) and not (tmp_path / "runs" / other / RESULT_FILE).exists()
+  assert (
+    "Chosen on validation (lr: mean best-validation score over the pilot seeds 0 per value tried)"
+    in (tmp_path / "results.md").read_text()
+  )
+
+
 HOLD_LOCK = """
 import sys, time
 from primal_jax.training.guards.workdir_lock import WorkdirLock

@@ -11,7 +11,7 @@ import pytest
 from experiments.engine.paired import comparisons
 from experiments.engine.rows import Cell, Row
 from experiments.engine.spec import Run, Sweep
-from experiments.engine.tuning import choose, tuned_rows
+from experiments.engine.tuning import Choice, choose, pilot_skip, tuned_rows
 from primal_jax.errors import ConfigError
 
 
@@ -69,7 +69,7 @@ def test_only_the_chosen_rows_are_paired_and_pending_groups_are_left_out():
   (c,) = comparisons(_sweep(), ROWS, "t")
   assert c.row.cell.labels == (("model", "Primal"),) and c.baseline.cell.labels == (("model", "DT"),)
   assert c.paired.n == 3 and c.paired.mean == pytest.approx(13 / 3)
-  kept = tuned_rows(ROWS, "t", "lr")
+  kept = tuned_rows(_sweep(), ROWS, "t")
   assert [dict(r.cell.labels) for r in kept] == [{"model": "DT"}, {"model": "Primal"}]
 
 
@@ -78,12 +78,50 @@ def test_a_sweep_refuses_pairing_on_the_column_it_tunes():
     Sweep((Run("uea:smoke", ROWS[0].cell),), baselines={"t": ("lr", "1e-4")}, tuned={"t": "lr"})
 
 
+def test_a_pilot_chooses_on_its_seeds_alone_and_the_chosen_row_keeps_every_seed():
+  """On seed 0 alone: DT 29 at 1e-4 against 39 at 1e-3 -> 1e-3; Primal 35 against 34 -> 1e-4; Linear 50 against
+  99 -> 1e-3 (its one seed is the pilot, so it is no longer pending), its row the one seed it has."""
+  dt, primal, linear = choose(ROWS, "t", "lr", pilot=(0,))
+  assert dt.tried == (("1e-4", 29.0), ("1e-3", 39.0)) and linear.tried == (("1e-4", 50.0), ("1e-3", 99.0))
+  assert (dt.chosen, primal.chosen, linear.chosen) == ("1e-3", "1e-4", "1e-3")
+  assert dt.row.accuracies == (40.0, 41.0, 42.0) and linear.row.accuracies == (40.0,)
+  # On seeds 1 and 2 Linear's 1e-3 has none: pending, as without a pilot.
+  assert choose(ROWS, "t", "lr", pilot=(1, 2))[2].chosen is None
+  # Through the sweep: the paired table compares Linear's one seed too.
+  linear_pair = comparisons(_sweep(pilot={"t": (0,)}), ROWS, "t")[1]
+  assert linear_pair.row.cell.labels == (("model", "Linear"),) and linear_pair.paired.n == 1
+
+
+def test_pilot_skip_trains_only_the_pilot_seeds_and_the_chosen_value():
+  sweep, P = _sweep(pilot={"t": (0,)}), "rollouts"  # noqa: N806
+  choices = {"t": choose(ROWS, "t", "lr", pilot=(0,))}
+  dt_1e4, dt_1e3 = (Cell("t", (("model", "DT"), ("lr", lr))) for lr in ("1e-4", "1e-3"))
+  assert pilot_skip(sweep, [Run("uea:smoke", dt_1e4, seed=0, protocol=P)], choices.get) is None  # the pilot itself
+  assert pilot_skip(sweep, [Run("uea:smoke", dt_1e3, seed=2, protocol=P)], choices.get) is None  # the chosen value
+  why = pilot_skip(sweep, [Run("uea:smoke", dt_1e4, seed=2, protocol=P)], choices.get)
+  assert why == "lr 1e-4 not chosen by the pilot of t (1e-3)"
+  # A run another table needs is trained whatever the pilot says.
+  other = Run("uea:smoke", Cell("u", (("model", "DT"),)), seed=2, protocol=P)
+  assert pilot_skip(sweep, [Run("uea:smoke", dt_1e4, seed=2, protocol=P), other], choices.get) is None
+  pending = {"t": [Choice((("model", "DT"),), P, (("1e-4", math.nan), ("1e-3", 39.0)), None, None)]}
+  waiting = pilot_skip(sweep, [Run("uea:smoke", dt_1e3, seed=1, protocol=P)], pending.get)
+  assert waiting == "waiting for the pilot (seeds 0) of t"
+
+
+def test_a_sweep_refuses_a_pilot_on_an_untuned_table_or_without_seeds():
+  with pytest.raises(ConfigError, match="pilot: table 'u' is not tuned"):
+    _sweep(pilot={"u": (0,)})
+  with pytest.raises(ConfigError, match=r"pilot\['t'\] must be a non-empty tuple of seeds"):
+    _sweep(pilot={"t": ()})
+
+
 def test_d4rl_table4_tuned_reuses_table4_all_and_adds_the_baselines_at_1e_3():
   from experiments.engine.spec import load_sweep, plan, select
 
   sweep = load_sweep("experiments/sweeps/d4rl.py")
   tuned = select(plan(sweep.runs), ["table4_tuned"])
-  assert sweep.tuned == {"table4_tuned": "learning_rate"} and len(tuned) == 7 * 2 * 3
+  assert sweep.tuned == {"table4_tuned": "learning_rate"} and sweep.pilot == {"table4_tuned": (0,)}
+  assert len(tuned) == 7 * 2 * 3
   shared = [p for p in tuned if any(r.cell.table == "table4_all" for r in p.runs)]
   assert len(shared) == 27  # 7 mechanisms at their release rate + the two controls, 3 seeds each
   new = [p for p in tuned if p not in shared]

@@ -186,9 +186,10 @@ def tuned_markdown(sweep: Sweep, rows: Sequence[Row], table: str) -> list[str]:
   """The lines after a tuned table (`Sweep.tuned`): each group's mean validation per tried value and its choice."""
   if table not in sweep.tuned:
     return []
-  column = sweep.tuned[table]
-  lines = [f"Chosen on validation ({column}: mean best-validation score over seeds per value tried):", ""]
-  for choice in tuning.choose(rows, table, column, higher_is_better=sweep.higher_is_better):
+  column, pilot = sweep.tuned[table], sweep.pilot.get(table)
+  over = "seeds" if pilot is None else f"the pilot seeds {', '.join(map(str, pilot))}"
+  lines = [f"Chosen on validation ({column}: mean best-validation score over {over} per value tried):", ""]
+  for choice in tuning.sweep_choices(sweep, rows, table):
     labels = " ".join(v for _, v in choice.labels)
     tried = ", ".join(f"{v}: {'-' if math.isnan(m) else f'{m:.{sweep.digits}f}'}" for v, m in choice.tried)
     chosen = choice.chosen if choice.chosen is not None else "pending (a value's runs have not all finished)"

@@ -100,7 +100,7 @@ def comparisons(sweep: Sweep, rows: Sequence[Row], table: str) -> list[Compariso
   """The comparisons of `table` (named in `sweep.baselines`), in the order of `rows`, Holm-corrected as a family."""
   column, value = sweep.baselines[table]
   if table in sweep.tuned:  # each group's value chosen on validation: only the chosen rows are paired
-    rows = tuning.tuned_rows(rows, table, sweep.tuned[table], higher_is_better=sweep.higher_is_better)
+    rows = tuning.tuned_rows(sweep, rows, table)
   mine = [row for row in rows if row.cell.table == table and column in dict(row.cell.labels)]
   baselines = {_others(row, column): row for row in mine if dict(row.cell.labels)[column] == value}
   pairs = []

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from experiments.engine.aggregate import result_line, write_results
+from experiments.engine import tuning
+from experiments.engine.aggregate import aggregate, result_line, write_results
 from experiments.engine.attempts import attempt, earlier_attempts, log_attempt, log_killed_attempt
 from experiments.engine.lock import claim_run, sweep_lock
 from experiments.engine.records import RESULT_FILE, rerun_folder, run_origin, write_record
@@ -144,10 +145,11 @@ def run_sweep(
       not its rerun folder, or, to train, the checkout is not a clean commit.
 
   Returns:
-    {"ran": [keys], "skipped": [keys], "busy": {key: holder}, "failed": {key: error}, "preempted": bool,
-    "rows": [Row]}. A failed run is reported and the sweep goes on; a SIGTERM stops it after saving the run in
-    progress. A run in use by another process (another sweep's claim, or a live `run.lock`) is "busy": left
-    alone, never deleted or reset.
+    {"ran": [keys], "skipped": [keys], "busy": {key: holder}, "pilot": {key: why}, "failed": {key: error},
+    "preempted": bool, "rows": [Row]}. A failed run is reported and the sweep goes on; a SIGTERM stops it after
+    saving the run in progress. A run in use by another process (another sweep's claim, or a live `run.lock`) is
+    "busy": left alone, never deleted or reset. A run a tuned table's pilot does not need (yet) is "pilot"
+    (`Sweep.pilot`: its pilot is unfinished, or chose another value).
   """
   if mode not in ("inline", "subprocess", "aggregate"):
     raise ValueError(f"mode must be inline, subprocess or aggregate, got {mode!r}")
@@ -164,12 +166,20 @@ def run_sweep(
   if not (isinstance(count, int) and isinstance(index, int) and count >= 1 and 0 <= index < count):
     raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
   todo = chosen[index::count]
-  report = {"ran": [], "skipped": [], "busy": {}, "failed": {}, "preempted": False}
+  report = {"ran": [], "skipped": [], "busy": {}, "pilot": {}, "failed": {}, "preempted": False}
+
+  def choices(table: str) -> list[tuning.Choice]:  # a piloted table's choices from the records as they stand now
+    return tuning.sweep_choices(sweep, aggregate(sweep, workdir, planned_runs), table)
+
   with sweep_lock(workdir, index, count):
     for i, planned in enumerate(todo if mode != "aggregate" else []):
       run_dir = workdir / "runs" / planned.key
       if (run_dir / RESULT_FILE).exists():
         report["skipped"].append(planned.key)
+        continue
+      if (why := tuning.pilot_skip(sweep, planned.runs, choices)) is not None:  # Sweep.pilot: not trained now
+        report["pilot"][planned.key] = why
+        print_fn(f"  {planned.key}: not trained: {why}")
         continue
       with claim_run(workdir, planned.key) as holder:
         if holder is not None:

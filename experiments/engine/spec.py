@@ -103,6 +103,8 @@ class Sweep:
   `tuned`: table name -> a label column whose values are a grid every row of the table is trained at (one tuning
   protocol for every mechanism); each group's value is chosen on validation and only the chosen rows are paired
   (`experiments.engine.tuning`).
+  `pilot`: tuned table name -> the seeds that choose its value (a pilot); its other seeds train at the chosen
+  value only (`experiments.engine.tuning.pilot_skip`). Absent: every seed chooses, every value trains every seed.
   `shared`: tables some of whose rows are runs recorded under other tables; the docs read them by the plan
   (`experiments.engine.aggregate`), not by the tables each record names (a table with no record of its own is
   read so anyway).
@@ -121,6 +123,7 @@ class Sweep:
   chance: Mapping[str, float] = dataclasses.field(default_factory=dict)
   learn_margin: float = 2.0
   tuned: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  pilot: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
   shared: tuple[str, ...] = ()
 
   def __post_init__(self):
@@ -137,6 +140,11 @@ class Sweep:
     for table, column in self.tuned.items():
       if self.baselines.get(table, (None,))[0] == column:
         raise ConfigError(f"table {table!r} pairs on {column!r}, the column it tunes: pair on another label")
+    for table, seeds in self.pilot.items():
+      if table not in self.tuned:
+        raise ConfigError(f"pilot: table {table!r} is not tuned (tuned: {', '.join(self.tuned) or 'none'})")
+      if not seeds or not all(isinstance(seed, int) for seed in seeds):
+        raise ConfigError(f"pilot[{table!r}] must be a non-empty tuple of seeds, got {seeds!r}")
     if not self.learn_margin >= 0:
       raise ConfigError(f"learn_margin must be >= 0, got {self.learn_margin!r}")
     for table, level in self.chance.items():

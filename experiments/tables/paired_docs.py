@@ -33,14 +33,14 @@ def docs_rows(folder: Path, sweep, table: str) -> list:
 def tuned_sweep(arg: str, base: Path) -> str:
   """`tuned:<family>:<table>`: per group of a tuned table, the mean best-validation score at each value tried,
   the value chosen on it, and the test score at that value (mean ± std over seeds); 'pending' until every value's
-  runs have finished (`experiments.engine.tuning`)."""
-  from experiments.engine.tuning import choose
+  runs (its pilot seeds', `Sweep.pilot`) have finished (`experiments.engine.tuning`)."""
+  from experiments.engine.tuning import sweep_choices
 
   folder, sweep, table = paired_target(arg)
   if table not in sweep.tuned:
     raise ValueError(f"tuned:{arg}: table {table!r} is not tuned (tuned: {', '.join(sweep.tuned) or 'none'})")
-  column = sweep.tuned[table]
-  choices = choose(docs_rows(folder, sweep, table), table, column, higher_is_better=sweep.higher_is_better)
+  column, pilot = sweep.tuned[table], sweep.pilot.get(table)
+  choices = sweep_choices(sweep, docs_rows(folder, sweep, table), table)
   if not choices:
     raise ValueError(f"tuned:{arg}: no run of table {table!r} is planned")
   values = list(dict.fromkeys(v for c in choices for v, _ in c.tried))
@@ -51,7 +51,8 @@ def tuned_sweep(arg: str, base: Path) -> str:
     cells = ["-" if math.isnan(tried.get(v, math.nan)) else f"{tried[v]:.{sweep.digits}f}" for v in values]
     chosen = "pending" if c.chosen is None else c.chosen
     body.append([*(v for _, v in c.labels), *cells, chosen, mean_std(c.row, sweep.digits) if c.row else "-"])
-  header = [*columns, *(f"validation at {column} {v}" for v in values), "chosen", "test at the chosen value"]
+  over = "" if pilot is None else f" (seed{'s' * (len(pilot) > 1)} {', '.join(map(str, pilot))})"
+  header = [*columns, *(f"validation{over} at {column} {v}" for v in values), "chosen", "test at the chosen value"]
   return markdown.table(header, body, numeric_from=len(columns))
 
 
