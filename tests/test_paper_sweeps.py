@@ -228,9 +228,11 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("linformer", "yoso_e")}
   expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 9, ("listops_release", "primalformer"): 3}
   expected |= {("pathfinder_matched", "primalformer"): 3, ("pathfinder_matched", "linformer"): 6}
+  expected |= {("image_long", m): 3 for m in ("softmax", "primalformer", "primal_plus")}
   # figure1: the listops runs, 3 at eta 0 and 3 at eta 2; listops_release: 3 on the release's schedule;
-  # pathfinder_matched: the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16
-  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3
+  # pathfinder_matched: the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16;
+  # image_long: 9 new runs
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9
   assert {r.protocol for r in sweep.runs} == {"own_validation"}
   assert {r.cell.table for r in sweep.runs if ",short" not in r.config} == {"listops_release"}
   release = [p.config for p in select(plan(sweep.runs), ["listops_release"])]
@@ -238,7 +240,12 @@ def test_table2_plans_every_mechanism_task_and_seed():
     (5000, 32, 1e-4, 1000)
   }
   assert sorted(c.seed for c in release) == [0, 1, 2]
-  assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched"}
+  # image_long: the `short` Image runs' schedule stretched 4x (warm-up 10% as in `short`), validation every 400
+  long = [p.config for p in select(plan(sweep.runs), ["image_long"])]
+  short = {(c.data.batch_size, c.optimizer.learning_rate, c.eval_every_steps) for c in long}
+  assert short == {(32, 1e-3, 400)} and {(c.total_steps, c.optimizer.warmup_steps) for c in long} == {(3200, 320)}
+  assert {c.data.task for c in long} == {"lra_image"} and sorted(c.seed for c in long) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+  assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched", "image_long"}
   figure = select(plan(sweep.runs), ["figure1"])
   arms = {
     (dict(r.cell.labels)["arm"], p.config.ksvd.eta, p.config.seed)
@@ -275,9 +282,9 @@ def test_table2_plans_every_mechanism_task_and_seed():
 
 def test_table2_every_planned_model_builds_at_its_tasks_length():
   planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1,figure_seeds=0").runs)
-  assert len(planned) == 19 + 1 + 1  # listops_release's and pathfinder_matched's (Linformer k 16) seed 0
+  assert len(planned) == 19 + 1 + 1 + 3  # listops_release's, pathfinder_matched's (Linformer k 16), image_long's seed 0
   for p in planned.values():
-    task = p.runs[0].cell.table
+    task = {"image_long": "image"}.get(p.runs[0].cell.table, p.runs[0].cell.table)
     assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
     assert (p.config.data.val_fraction if task == "image" else p.config.data.num_validation) > 0
     assert lra_params.count_config_params(p.config, task) > 0, (task, _model(p.runs[0]))

@@ -89,8 +89,10 @@ def test_lra_table_follows_the_papers_column_order_and_marks_missing_seeds(tmp_p
   records.append(("d", "Primal.+Trans.", 37.3, 0, 0.3))
   release = Cell("listops_release", (("dataset", "ListOps"), ("model", "PrimalFormer")), 37.3)
   records.append(("e", "PrimalFormer", 37.3, 0, 0.35))
+  long = Cell("image_long", (("dataset", "Image (Fashion-MNIST)"), ("model", "Trans."), ("steps", "3200")), 38.2)
+  records.append(("f", "Trans.", 38.2, 0, 0.8))
   for key, model, paper, seed, accuracy in records:
-    table_cell = release if key == "e" else cell(model, paper)
+    table_cell = {"e": release, "f": long}.get(key) or cell(model, paper)
     entry = {"cell": dataclasses.asdict(table_cell), "seed": seed, "protocol": "own_validation"}
     # Best validation at the test value: above ListOps' chance (17.55% + 2 points) but for Trans.' 0.2 - 0.05.
     summary = {"test_at_best_validation": {"step": 600, "accuracy": accuracy}}
@@ -109,18 +111,22 @@ def test_lra_table_follows_the_papers_column_order_and_marks_missing_seeds(tmp_p
   origins["c"] = {"commit": "abcdef0123", "dirty": True}
   for key, count in (("a", 227_000), ("b", 227_500), ("c", 160_000)):
     (runs / key / "summary.json").write_text(json.dumps({"num_params": count, "provenance": origins[key]}))
+  # The `converged` column reads each run's validation curve from its summary.json: none for these (-).
   monkeypatch.setattr(common, "RESULTS", tmp_path)
   lines = render_table("lra:listops", tmp_path).splitlines()
   assert lines[0].startswith("| task | model | params | paper (Table 2) | ours (`short`, test at best validation) |")
   # The header names the schedule: listops_release runs the config without `short`.
   header = render_table("lra:listops_release", tmp_path).splitlines()[0]
   assert "| ours (the release's schedule, test at best validation) |" in header
+  # image_long names its steps (a label of its rows).
+  long_header = render_table("lra:image_long", tmp_path).splitlines()[0]
+  assert "| ours (3200 steps, test at best validation) | learned | converged |" in long_header
   learned = "0 of 1: did not learn at the rate tried (lr 0.001)"
   assert (
     lines[2]
-    == f"| ListOps | Trans. | 160,000 | 37.1 | 20.0 (n = 1) | {learned} | 10.0 min | CPU | dirty tree: 1 of 1 |"
+    == f"| ListOps | Trans. | 160,000 | 37.1 | 20.0 (n = 1) | {learned} | - | 10.0 min | CPU | dirty tree: 1 of 1 |"
   )
-  primal = "| ListOps | PrimalFormer | 227,000-227,500 | 37.3 | 37.0 ± 1.4 (n = 2) | 2 of 2 | 10.0 min | CPU | "
+  primal = "| ListOps | PrimalFormer | 227,000-227,500 | 37.3 | 37.0 ± 1.4 (n = 2) | 2 of 2 | - | 10.0 min | CPU | "
   primal += "1234567, abcdef0 |"
   assert lines[3] == primal
   assert lines[4].startswith("| ListOps | Primal.+Trans. | - | 37.3 | 30.0 (n = 1) |")
@@ -152,7 +158,10 @@ def test_the_vit_table_says_whether_each_rows_runs_converged(tmp_path, monkeypat
   cells = {m: Cell("long", (("model", m),)) for m in ("DeiT", "Primal.+DeiT")}
   rising = [[1000, 0.80], [2000, 0.84], [3000, 0.86], [4000, 0.88]]
   flat = [[1000, 0.80], [2000, 0.870], [3000, 0.880], [4000, 0.881]]
+  short = [[2000, 0.85], [4000, 0.88]]  # two evaluations: none before the last quarter but one, no plateau to judge
   records = [("a", "DeiT", 0, rising), ("b", "DeiT", 1, flat), ("c", "Primal.+DeiT", 0, None)]
+  records.append(("d", "Short", 0, short))
+  cells["Short"] = Cell("long", (("model", "Short"),))
   for key, model, seed, curve in records:
     summary = {"test_at_best_validation": {"step": 4000, "accuracy": 0.87}, "steps": 4000}
     summary["best_validation"] = {"step": 4000, "accuracy": 0.881}
@@ -165,3 +174,4 @@ def test_the_vit_table_says_whether_each_rows_runs_converged(tmp_path, monkeypat
   table = sweeps.vit_sweep("long", tmp_path)
   assert "| 1 of 2 plateaued; best at 4,000 of 4,000; last quarter +0.1 to +2.0 |" in table
   assert "| no curve; best at 4,000 of 4,000 |" in table
+  assert "| too few evaluations to judge; best at 4,000 of 4,000 |" in table

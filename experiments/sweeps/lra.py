@@ -30,6 +30,10 @@ Tables (`--only=listops,image,pathfinder` picks some):
     (one [heads, k, 1,024] per layer) gives it 1,222,530 parameters at the release's k = 256, PrimalFormer
     241,658; at k = 16 it has 239,490. Rows: PrimalFormer and Linformer (k 256), the pathfinder table's runs,
     and Linformer (k 16), 3 new runs; each against PrimalFormer.
+  image_long: Image's Trans., PrimalFormer and Primal.+Trans. at 4x the `short` schedule (`long_steps`, 3,200
+    steps, about 1.9 epochs; warm-up stretched to 320), validation every 400 steps: every `short` Image run's
+    best validation is its last step (issue 55), so this asks whether the gap is learning speed; each record's
+    `validation_curve` gives the tables' `converged` column. Trans. takes about 2 h a run on a shared core.
 Every row has `seeds` seeds (3); paired differences: every row against Trans. of its table, seed by seed.
 
 Schedule: the `short` config of primal_jax/tasks/lra/config.py (the release's model: 2 layers, dim 64, hidden
@@ -72,7 +76,7 @@ processes sharing it) is the place for listops' N^2 rows:
 Arguments (`--sweep=experiments/sweeps/lra.py:seeds=3,image_baselines=nystromformer+reformer`):
   seeds: seeds per row (3).
   image_baselines: the two baselines of image and pathfinder, registered names joined by '+' (linformer+yoso_e).
-  figure_seeds: models per arm of figure1 (3).
+  figure_seeds: models per arm of figure1 (3).  long_steps: image_long's schedule (3,200).
   smoke: the config's seconds-long runs, 3 steps each (tests).
 """
 
@@ -113,6 +117,7 @@ TITLES = {
   "figure1": "ListOps: the models of Figure 1's spectra (checkpoints kept)",
   "listops_release": "ListOps on the release's schedule (5,000 steps): PrimalFormer",
   "pathfinder_matched": "Pathfinder (`short`): Linformer at PrimalFormer's size (k 16) and at the release's (k 256)",
+  "image_long": "Table 2, Image on Fashion-MNIST at 4x the `short` schedule: Trans., PrimalFormer, Primal.+Trans.",
 }
 MATCHED_LINFORMER_K = 16  # Linformer's rows of E at which its Pathfinder model has PrimalFormer's size (0.9% fewer)
 FIGURE1_ARMS = (("Trans.", "softmax", None), ("PrimalFormer eta=0.1", "primalformer", None))
@@ -128,6 +133,7 @@ DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
 # on these splits); a row that did not learn on every seed takes part in no verdict (experiments.engine.paired).
 CHANCE = {"listops": 17.55, "image": 10.55, "pathfinder": 50.0}
 CHANCE |= {"listops_release": CHANCE["listops"], "pathfinder_matched": CHANCE["pathfinder"]}  # the same splits
+CHANCE |= {"image_long": CHANCE["image"]}
 FIGURE1_EXAMPLES = 64  # test sequences per model's spectrum (smoke: 4)
 
 
@@ -154,7 +160,8 @@ def task_models(task: str, baselines: tuple[str, ...]) -> list[tuple[str, str, f
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
-  defaults = {"seeds": 3, "figure_seeds": 3, "image_baselines": DEFAULT_IMAGE_BASELINES, "smoke": False}
+  defaults = {"seeds": 3, "figure_seeds": 3, "image_baselines": DEFAULT_IMAGE_BASELINES, "long_steps": 3200}
+  defaults["smoke"] = False
   args = parse_config_arg(arg, defaults)
   baselines = image_baselines(args["image_baselines"])
   size = "short,smoke" if args["smoke"] else "short"
@@ -183,6 +190,12 @@ def get_sweep(arg: str | None = None) -> Sweep:
       overrides = smoke | ({} if k is None else {"model.attention.linformer": linformer_options(k)})
       cell = Cell("pathfinder_matched", (("dataset", DATASET["pathfinder"]), ("model", label)))
       runs.append(Run(f"{CONFIG}:task=pathfinder,model={model},{size}", cell, seed, "own_validation", overrides))
+  steps = 3 if args["smoke"] else args["long_steps"]  # image_long: the `short` schedule stretched, warm-up 10%
+  long = smoke | {"total_steps": steps, "optimizer.warmup_steps": max(1, steps // 10)}
+  for seed in range(args["seeds"]):
+    for label, model, paper in task_models("image", ()):  # Trans., PrimalFormer, Primal.+Trans.
+      cell = Cell("image_long", (("dataset", DATASET["image"]), ("model", label), ("steps", str(steps))), paper)
+      runs.append(Run(f"{CONFIG}:task=image,model={model},{size}", cell, seed, "own_validation", long))
   schedule = "smoke runs" if args["smoke"] else "`short` runs (listops_release: the release's schedule)"
   notes = (
     f"{schedule}; see experiments/sweeps/lra.py. Values: test accuracy (%) at the best validation evaluation. "
@@ -190,6 +203,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
   )
   baselines = {task: ("model", "Trans.") for task in ("listops", "image", "pathfinder")}
   baselines["pathfinder_matched"] = ("model", "PrimalFormer")
+  baselines["image_long"] = ("model", "Trans.")
   spectrum = functools.partial(_store_spectrum, num_examples=4 if args["smoke"] else FIGURE1_EXAMPLES)
   return Sweep(
     tuple(runs),

@@ -168,10 +168,14 @@ def converged(row) -> str:
   summaries = [read_json(path, "a run's summary") for path in paths if path.exists()]
   if not summaries:
     return "-"
+  why = "no curve"
   if all(summary.get("validation_curve") for summary in summaries):
-    return describe([convergence(summary["validation_curve"]) for summary in summaries])
+    try:
+      return describe([convergence(summary["validation_curve"]) for summary in summaries])
+    except ValueError:  # a curve too short to judge a plateau on (two evaluations: `short` ListOps, Image)
+      why = "too few evaluations to judge"
   best = sorted({(s["best_validation"]["step"], s["steps"]) for s in summaries if "best_validation" in s})
-  return "no curve; best at " + ", ".join(f"{b:,} of {n:,}" for b, n in best) if best else "-"
+  return f"{why}; best at " + ", ".join(f"{b:,} of {n:,}" for b, n in best) if best else "-"
 
 
 def vit_sweep(table: str, base: Path) -> str:
@@ -198,11 +202,12 @@ def lra_sweep(table: str, base: Path) -> str:
   for row in _rows("lra", table, (*order, "Primal.+Trans.")):
     labels = dict(row.cell.labels)
     body.append([labels["dataset"], labels["model"], params(row), _paper(row), mean_std(row)])
-    body[-1] += [learned_seeds(sweep, row), _per_run(row), ran_on(row), provenance(row)]
+    body[-1] += [learned_seeds(sweep, row), converged(row), _per_run(row), ran_on(row), provenance(row)]
   release = table in {run.cell.table for run in sweep.runs if ",short" not in run.config}  # no `short`: the release's
-  schedule = "the release's schedule" if release else "`short`"
+  steps = {dict(run.cell.labels).get("steps") for run in sweep.runs if run.cell.table == table} - {None}
+  schedule = "the release's schedule" if release else (f"{', '.join(sorted(steps))} steps" if steps else "`short`")
   header = ["task", "model", "params", "paper (Table 2)", f"ours ({schedule}, test at best validation)", "learned"]
-  header += ["time/run", "ran on", "code"]
+  header += ["converged", "time/run", "ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
