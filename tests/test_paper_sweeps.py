@@ -148,7 +148,11 @@ def test_vit_figure1_is_four_arms_of_three_models_sharing_the_tables_runs():
   assert {(p.config.seed, p.config.model.layers[-1]) for p in long} == {
     (s, m) for s in range(3) for m in ("softmax", "primal")
   }
-  assert sweep.baselines == {"fashion_mnist": ("model", "DeiT"), "table5_long": ("model", "DeiT")}
+  assert sweep.baselines == {
+    "fashion_mnist": ("model", "DeiT"),
+    "table5_long": ("model", "DeiT"),
+    "figure1": ("arm", "Primal.+DeiT eta=0"),  # accuracy of each Figure 1 arm against the arm without KSVD loss
+  }
 
 
 def test_datasets_argument_selects_table1_all_datasets_in_order():
@@ -245,7 +249,7 @@ def test_table2_plans_every_mechanism_task_and_seed():
   short = {(c.data.batch_size, c.optimizer.learning_rate, c.eval_every_steps) for c in long}
   assert short == {(32, 1e-3, 400)} and {(c.total_steps, c.optimizer.warmup_steps) for c in long} == {(3200, 320)}
   assert {c.data.task for c in long} == {"lra_image"} and sorted(c.seed for c in long) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-  assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched", "image_long"}
+  assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched", "image_long", "figure1"}
   figure = select(plan(sweep.runs), ["figure1"])
   arms = {
     (dict(r.cell.labels)["arm"], p.config.ksvd.eta, p.config.seed)

@@ -175,3 +175,18 @@ def test_the_vit_table_says_whether_each_rows_runs_converged(tmp_path, monkeypat
   assert "| 1 of 2 plateaued; best at 4,000 of 4,000; last quarter +0.1 to +2.0 |" in table
   assert "| no curve; best at 4,000 of 4,000 |" in table
   assert "| too few evaluations to judge; best at 4,000 of 4,000 |" in table
+
+
+def test_a_record_folder_of_its_own_is_read_with_its_familys_sweep():
+  """`paired:lra_figure1:figure1`: the Figure 1 runs trained in experiments/results/lra_figure1 (a workdir of their
+  own) are read with experiments/sweeps/lra.py (`SWEEP_OF`), each arm's accuracy paired by seed with PrimalFormer at
+  eta 0. From the committed records: eta 2 is 35.8 / 36.55 / 35.75 against 36.85 / 37.15 / 36.55, a mean of
+  -0.817; Trans. stays at the majority class and is not tested."""
+  from experiments.docs_tables import render_table
+  from experiments.tables.common import ROOT
+
+  lines = render_table("paired:lra_figure1:figure1", ROOT).splitlines()
+  eta2 = next(line for line in lines if line.startswith("| PrimalFormer eta=2 |"))
+  assert eta2.startswith("| PrimalFormer eta=2 | PrimalFormer eta=0 | 3 | -0.8 | 0.2 | [-1.4, -0.3] |")
+  assert eta2.endswith("| worse |")
+  assert next(line for line in lines if line.startswith("| Trans. |")).endswith("| did not learn |")

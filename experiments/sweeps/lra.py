@@ -133,7 +133,7 @@ DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
 # on these splits); a row that did not learn on every seed takes part in no verdict (experiments.engine.paired).
 CHANCE = {"listops": 17.55, "image": 10.55, "pathfinder": 50.0}
 CHANCE |= {"listops_release": CHANCE["listops"], "pathfinder_matched": CHANCE["pathfinder"]}  # the same splits
-CHANCE |= {"image_long": CHANCE["image"]}
+CHANCE |= {"image_long": CHANCE["image"], "figure1": CHANCE["listops"]}
 FIGURE1_EXAMPLES = 64  # test sequences per model's spectrum (smoke: 4)
 
 
@@ -204,6 +204,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
   baselines = {task: ("model", "Trans.") for task in ("listops", "image", "pathfinder")}
   baselines["pathfinder_matched"] = ("model", "PrimalFormer")
   baselines["image_long"] = ("model", "Trans.")
+  baselines["figure1"] = ("arm", "PrimalFormer eta=0")  # accuracy: does the KSVD loss move it (Table 6's question)
   spectrum = functools.partial(_store_spectrum, num_examples=4 if args["smoke"] else FIGURE1_EXAMPLES)
   return Sweep(
     tuple(runs),

@@ -85,4 +85,5 @@ def get_sweep(arg: str | None = None) -> Sweep:
       )
   notes = f"{size} runs; see experiments/sweeps/vit.py. Values: top-1 test accuracy (%), 10,000 test images."
   baselines = {"fashion_mnist": ("model", "DeiT"), "table5_long": ("model", "DeiT")}
+  baselines["figure1"] = ("arm", "Primal.+DeiT eta=0")  # accuracy: does the KSVD loss move it (Table 6's question)
   return Sweep(tuple(runs), titles=TITLES, notes=notes, baselines=baselines)

@@ -45,12 +45,18 @@ def _per_run(row) -> str:
 DOCS_SWEEP_ARGS = {"d4rl": "halfcheetah", "uea": "table1_seeds=10"}
 
 
+# Record folders whose runs are of another family's sweep file (a table trained in a workdir of its own).
+SWEEP_OF = {"lra_figure1": "lra", "vit_figure1_calibrated": "vit"}
+
+
 def docs_sweep(family: str):
-  """experiments/sweeps/<family>.py with the docs' argument (`DOCS_SWEEP_ARGS`)."""
+  """experiments/sweeps/<family>.py (`SWEEP_OF`'s file for a folder of its own) with the docs' argument
+  (`DOCS_SWEEP_ARGS`)."""
   from experiments.engine.spec import load_sweep
 
-  arg = DOCS_SWEEP_ARGS.get(family, "")
-  return load_sweep(f"{SWEEPS / family}.py" + (f":{arg}" if arg else ""))
+  name = SWEEP_OF.get(family, family)
+  arg = DOCS_SWEEP_ARGS.get(name, "")
+  return load_sweep(f"{SWEEPS / name}.py" + (f":{arg}" if arg else ""))
 
 
 def _rows(family: str, table: str, order: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> list:
