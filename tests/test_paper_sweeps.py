@@ -233,10 +233,11 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 9, ("listops_release", "primalformer"): 3}
   expected |= {("pathfinder_matched", "primalformer"): 3, ("pathfinder_matched", "linformer"): 6}
   expected |= {("image_long", m): 3 for m in ("softmax", "primalformer", "primal_plus")}
+  expected |= {("image_matched", m): 3 for m in ("primalformer", "primal_plus")} | {("image_matched", "softmax"): 6}
   # figure1: the listops runs, 3 at eta 0 and 3 at eta 2; listops_release: 3 on the release's schedule;
   # pathfinder_matched: the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16;
-  # image_long: 9 new runs
-  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9
+  # image_long: 9 new runs; image_matched: the image table's Trans., PrimalFormer and Primal.+Trans. and 3 new
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9 + 3
   assert {r.protocol for r in sweep.runs} == {"own_validation"}
   assert {r.cell.table for r in sweep.runs if ",short" not in r.config} == {"listops_release"}
   release = [p.config for p in select(plan(sweep.runs), ["listops_release"])]
@@ -249,7 +250,9 @@ def test_table2_plans_every_mechanism_task_and_seed():
   short = {(c.data.batch_size, c.optimizer.learning_rate, c.eval_every_steps) for c in long}
   assert short == {(32, 1e-3, 400)} and {(c.total_steps, c.optimizer.warmup_steps) for c in long} == {(3200, 320)}
   assert {c.data.task for c in long} == {"lra_image"} and sorted(c.seed for c in long) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-  assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched", "image_long", "figure1"}
+  assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched", "image_long", "figure1"} | {
+    "image_matched"
+  }
   figure = select(plan(sweep.runs), ["figure1"])
   arms = {
     (dict(r.cell.labels)["arm"], p.config.ksvd.eta, p.config.seed)
@@ -286,12 +289,34 @@ def test_table2_plans_every_mechanism_task_and_seed():
 
 def test_table2_every_planned_model_builds_at_its_tasks_length():
   planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1,figure_seeds=0").runs)
-  assert len(planned) == 19 + 1 + 1 + 3  # listops_release's, pathfinder_matched's (Linformer k 16), image_long's seed 0
+  assert len(planned) == 19 + 1 + 1 + 3 + 1  # listops_release's, pathfinder_matched's, image_long's, image_matched's
   for p in planned.values():
-    task = {"image_long": "image"}.get(p.runs[0].cell.table, p.runs[0].cell.table)
+    task = {"image_long": "image", "image_matched": "image"}.get(p.runs[0].cell.table, p.runs[0].cell.table)
     assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
     assert (p.config.data.val_fraction if task == "image" else p.config.data.num_validation) > 0
     assert lra_params.count_config_params(p.config, task) > 0, (task, _model(p.runs[0]))
+
+
+def test_image_matched_trans_has_primalformers_size_and_reuses_the_image_runs():
+  planned = plan(load_sweep(LRA_SWEEP).runs)
+  matched = select(planned, ["image_matched"])
+  size = {
+    dict(r.cell.labels)["model"]: lra_params.count_config_params(p.config, "image")
+    for p in matched
+    for r in p.runs
+    if r.cell.table == "image_matched"
+  }
+  # the records' counts: 15,360 fewer (784 positions where the counter assumes the release's 1,024, x 64)
+  assert {m: n - 15_360 for m, n in size.items()} == {
+    "Trans. (hidden 331)": 227_225,
+    "Trans.": 159_626,
+    "PrimalFormer": 227_330,
+    "Primal.+Trans.": 193_478,
+  }
+  assert abs(size["Trans. (hidden 331)"] / size["PrimalFormer"] - 1) < 0.001
+  new = [p for p in matched if len(p.runs) == 1]
+  assert len(new) == 3 and {p.config.model.hidden_dim for p in new} == {331} and len(matched) == 12
+  assert load_sweep(LRA_SWEEP).baselines["image_matched"] == ("model", "Trans. (hidden 331)")
 
 
 def test_pathfinder_matched_linformer_has_primalformers_size_and_reuses_the_pathfinder_runs():

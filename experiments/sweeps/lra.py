@@ -30,6 +30,10 @@ Tables (`--only=listops,image,pathfinder` picks some):
     (one [heads, k, 1,024] per layer) gives it 1,222,530 parameters at the release's k = 256, PrimalFormer
     241,658; at k = 16 it has 239,490. Rows: PrimalFormer and Linformer (k 256), the pathfinder table's runs,
     and Linformer (k 16), 3 new runs; each against PrimalFormer.
+  image_matched: Image's findings (PrimalFormer, 227,330 parameters, and Primal.+Trans., 193,478, above Trans.,
+    159,626) against a Trans. at PrimalFormer's size: hidden width (feed-forward and classifier head) 331
+    instead of 128, 227,225 parameters. Rows: that Trans. (3 new runs), and the image table's Trans.,
+    PrimalFormer and Primal.+Trans. runs; each against the matched Trans.
   image_long: Image's Trans., PrimalFormer and Primal.+Trans. at 4x the `short` schedule (`long_steps`, 3,200
     steps, about 1.9 epochs; warm-up stretched to 320), validation every 400 steps: every `short` Image run's
     best validation is its last step (issue 55), so this asks whether the gap is learning speed; each record's
@@ -117,9 +121,11 @@ TITLES = {
   "figure1": "ListOps: the models of Figure 1's spectra (checkpoints kept)",
   "listops_release": "ListOps on the release's schedule (5,000 steps): PrimalFormer",
   "pathfinder_matched": "Pathfinder (`short`): Linformer at PrimalFormer's size (k 16) and at the release's (k 256)",
+  "image_matched": "Image (`short`): PrimalFormer and Primal.+Trans. against a Trans. at PrimalFormer's size",
   "image_long": "Table 2, Image on Fashion-MNIST at 4x the `short` schedule: Trans., PrimalFormer, Primal.+Trans.",
 }
 MATCHED_LINFORMER_K = 16  # Linformer's rows of E at which its Pathfinder model has PrimalFormer's size (0.9% fewer)
+MATCHED_TRANS_HIDDEN = 331  # Trans.' hidden width at which its Image model has PrimalFormer's size (0.05% fewer)
 FIGURE1_ARMS = (("Trans.", "softmax", None), ("PrimalFormer eta=0.1", "primalformer", None))
 FIGURE1_ARMS += (("PrimalFormer eta=0", "primalformer", 0.0),)
 # eta x KSVD / task loss at step 1 is 0.004-0.007 at the release's 0.1 (the term cannot act; issue 55) and linear in
@@ -133,7 +139,7 @@ DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
 # on these splits); a row that did not learn on every seed takes part in no verdict (experiments.engine.paired).
 CHANCE = {"listops": 17.55, "image": 10.55, "pathfinder": 50.0}
 CHANCE |= {"listops_release": CHANCE["listops"], "pathfinder_matched": CHANCE["pathfinder"]}  # the same splits
-CHANCE |= {"image_long": CHANCE["image"], "figure1": CHANCE["listops"]}
+CHANCE |= {"image_long": CHANCE["image"], "image_matched": CHANCE["image"], "figure1": CHANCE["listops"]}
 FIGURE1_EXAMPLES = 64  # test sequences per model's spectrum (smoke: 4)
 
 
@@ -190,6 +196,15 @@ def get_sweep(arg: str | None = None) -> Sweep:
       overrides = smoke | ({} if k is None else {"model.attention.linformer": linformer_options(k)})
       cell = Cell("pathfinder_matched", (("dataset", DATASET["pathfinder"]), ("model", label)))
       runs.append(Run(f"{CONFIG}:task=pathfinder,model={model},{size}", cell, seed, "own_validation", overrides))
+  matched = f"Trans. (hidden {MATCHED_TRANS_HIDDEN})"
+  for seed in range(args["seeds"]):  # its last three rows are the image table's runs
+    for label, model, hidden in ((matched, "softmax", MATCHED_TRANS_HIDDEN), ("Trans.", "softmax", None)) + (
+      ("PrimalFormer", "primalformer", None),
+      ("Primal.+Trans.", "primal_plus", None),
+    ):
+      overrides = smoke | ({} if hidden is None else {"model.hidden_dim": hidden})
+      cell = Cell("image_matched", (("dataset", DATASET["image"]), ("model", label)))
+      runs.append(Run(f"{CONFIG}:task=image,model={model},{size}", cell, seed, "own_validation", overrides))
   steps = 3 if args["smoke"] else args["long_steps"]  # image_long: the `short` schedule stretched, warm-up 10%
   long = smoke | {"total_steps": steps, "optimizer.warmup_steps": max(1, steps // 10)}
   for seed in range(args["seeds"]):
@@ -204,6 +219,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
   baselines = {task: ("model", "Trans.") for task in ("listops", "image", "pathfinder")}
   baselines["pathfinder_matched"] = ("model", "PrimalFormer")
   baselines["image_long"] = ("model", "Trans.")
+  baselines["image_matched"] = ("model", matched)
   baselines["figure1"] = ("arm", "PrimalFormer eta=0")  # accuracy: does the KSVD loss move it (Table 6's question)
   spectrum = functools.partial(_store_spectrum, num_examples=4 if args["smoke"] else FIGURE1_EXAMPLES)
   return Sweep(
@@ -213,7 +229,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
     baselines=baselines,
     after_run={"figure1": spectrum},
     chance=CHANCE,
-    shared=("pathfinder_matched",),
+    shared=("pathfinder_matched", "image_matched"),
   )
 
 
