@@ -297,15 +297,15 @@ def test_table2_every_planned_model_builds_at_its_tasks_length():
     assert lra_params.count_config_params(p.config, task) > 0, (task, _model(p.runs[0]))
 
 
+def _sizes(planned, table: str, task: str) -> tuple[list, dict[str, int]]:
+  """The planned runs of `table` and the parameter count of each of its rows (by model label)."""
+  matched = select(planned, [table])
+  rows = {dict(r.cell.labels)["model"]: p.config for p in matched for r in p.runs if r.cell.table == table}
+  return matched, {model: lra_params.count_config_params(config, task) for model, config in rows.items()}
+
+
 def test_image_matched_trans_has_primalformers_size_and_reuses_the_image_runs():
-  planned = plan(load_sweep(LRA_SWEEP).runs)
-  matched = select(planned, ["image_matched"])
-  size = {
-    dict(r.cell.labels)["model"]: lra_params.count_config_params(p.config, "image")
-    for p in matched
-    for r in p.runs
-    if r.cell.table == "image_matched"
-  }
+  matched, size = _sizes(plan(load_sweep(LRA_SWEEP).runs), "image_matched", "image")
   # the records' counts: 15,360 fewer (784 positions where the counter assumes the release's 1,024, x 64)
   assert {m: n - 15_360 for m, n in size.items()} == {
     "Trans. (hidden 331)": 227_225,
@@ -321,13 +321,7 @@ def test_image_matched_trans_has_primalformers_size_and_reuses_the_image_runs():
 
 def test_pathfinder_matched_linformer_has_primalformers_size_and_reuses_the_pathfinder_runs():
   planned = plan(load_sweep(LRA_SWEEP).runs)
-  matched = select(planned, ["pathfinder_matched"])
-  size = {
-    dict(r.cell.labels)["model"]: lra_params.count_config_params(p.config, "pathfinder")
-    for p in matched
-    for r in p.runs
-    if r.cell.table == "pathfinder_matched"
-  }
+  matched, size = _sizes(planned, "pathfinder_matched", "pathfinder")
   assert size == {"PrimalFormer": 241_658, "Linformer (k 256)": 1_222_530, "Linformer (k 16)": 239_490}
   assert abs(size["Linformer (k 16)"] / size["PrimalFormer"] - 1) < 0.01
   # 2 x 2 heads x k x 1,024 entries of E, the rest as at k 256
