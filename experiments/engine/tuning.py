@@ -112,4 +112,4 @@ def pilot_skip(sweep: Sweep, runs: Sequence[Run], choices: Callable[[str], list[
       if choice.chosen is None
       else f"{column} {labels[column]} not chosen by the pilot of {table} ({choice.chosen})"
     )
-  return "; ".join(reasons)
+  return "; ".join(reasons) or None  # no cells: nothing to hold it back
