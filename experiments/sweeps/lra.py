@@ -38,7 +38,9 @@ Tables (`--only=listops,image,pathfinder` picks some):
     steps, about 1.9 epochs; warm-up stretched to 320), validation every 400 steps: every `short` Image run's
     best validation is its last step (issue 55), so this asks whether the gap is learning speed; each record's
     `validation_curve` gives the tables' `converged` column. Trans. takes about 2 h a run on a shared core.
-Every row has `seeds` seeds (3); paired differences: every row against Trans. of its table, seed by seed.
+Every row has `seeds` seeds (3); paired differences: every row against Trans. of its table, seed by seed
+(pathfinder_matched: against PrimalFormer; image_matched: the matched Trans.; figure1: each arm's accuracy
+against PrimalFormer at eta 0).
 
 Schedule: the `short` config of primal_jax/tasks/lra/config.py (the release's model: 2 layers, dim 64, hidden
 128, 2 heads, mean pooling; only the schedule and the data shrink): ListOps 600 steps of batch 32 (release

@@ -18,6 +18,7 @@ Tables (`--only=` picks some):
     workdir of their own they keep the checkpoints the spectra read, which the committed records do not:
       python -m experiments.sweep --sweep=experiments/sweeps/vit.py \
         --workdir=experiments/results/vit_figure1_calibrated --only=figure1
+    Paired: each arm's test accuracy against Primal.+DeiT at eta 0 (does the KSVD loss move it: Table 6's question).
 Protocol "own_validation": the config's 10% held-out tail of train selects (every 1,000 steps), the test
 split is evaluated once on the selected state. The paper's column is ImageNet-100 top-1 (DeiT-S/16), shown
 for direction only.
