@@ -98,6 +98,7 @@ def test_pilot_skip_trains_only_the_pilot_seeds_and_the_chosen_value():
   dt_1e4, dt_1e3 = (Cell("t", (("model", "DT"), ("lr", lr))) for lr in ("1e-4", "1e-3"))
   assert pilot_skip(sweep, [Run("uea:smoke", dt_1e4, seed=0, protocol=P)], choices.get) is None  # the pilot itself
   assert pilot_skip(sweep, [Run("uea:smoke", dt_1e3, seed=2, protocol=P)], choices.get) is None  # the chosen value
+  assert pilot_skip(sweep, [], choices.get) is None  # a planned run with no cells: nothing holds it back, not ""
   why = pilot_skip(sweep, [Run("uea:smoke", dt_1e4, seed=2, protocol=P)], choices.get)
   assert why == "lr 1e-4 not chosen by the pilot of t (1e-3)"
   # A run another table needs is trained whatever the pilot says.
