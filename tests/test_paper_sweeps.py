@@ -234,10 +234,13 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected |= {("pathfinder_matched", "primalformer"): 3, ("pathfinder_matched", "linformer"): 6}
   expected |= {("image_long", m): 3 for m in ("softmax", "primalformer", "primal_plus")}
   expected |= {("image_matched", m): 3 for m in ("primalformer", "primal_plus")} | {("image_matched", "softmax"): 6}
+  expected |= {("listops_tuned", m): 6 for m in TABLE2}  # 2 rates x 3 seeds
+  expected |= {("pathfinder_tuned", m): 6 for m in ("softmax", "primalformer", "primal_plus", "linformer", "yoso_e")}
   # figure1: the listops runs, 3 at eta 0 and 3 at eta 2; listops_release: 3 on the release's schedule;
   # pathfinder_matched: the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16;
-  # image_long: 9 new runs; image_matched: the image table's Trans., PrimalFormer and Primal.+Trans. and 3 new
-  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9 + 3
+  # image_long: 9 new runs; image_matched: the image table's Trans., PrimalFormer and Primal.+Trans. and 3 new;
+  # listops_tuned and pathfinder_tuned: their tables' runs at the `short` rate, and 27 and 15 new at the other
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9 + 3 + 27 + 15
   assert {r.protocol for r in sweep.runs} == {"own_validation"}
   assert {r.cell.table for r in sweep.runs if ",short" not in r.config} == {"listops_release"}
   release = [p.config for p in select(plan(sweep.runs), ["listops_release"])]
@@ -251,7 +254,9 @@ def test_table2_plans_every_mechanism_task_and_seed():
   assert short == {(32, 1e-3, 400)} and {(c.total_steps, c.optimizer.warmup_steps) for c in long} == {(3200, 320)}
   assert {c.data.task for c in long} == {"lra_image"} and sorted(c.seed for c in long) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
   assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched", "image_long", "figure1"} | {
-    "image_matched"
+    "image_matched",
+    "listops_tuned",
+    "pathfinder_tuned",
   }
   figure = select(plan(sweep.runs), ["figure1"])
   arms = {
@@ -287,11 +292,45 @@ def test_table2_plans_every_mechanism_task_and_seed():
       load_sweep(f"{LRA_SWEEP}:image_baselines={bad}")
 
 
+def test_table2_tuned_tables_train_every_mechanism_on_one_grid_chosen_by_a_seed_0_pilot():
+  """Issue 55: one protocol per table. Every row of listops_tuned / pathfinder_tuned is trained at each rate of
+  its table's grid (the same for every mechanism), the `short` rate first, whose runs are the plain table's own
+  (the same config keys, so nothing is trained twice); seed 0 chooses, Trans. at its chosen rate is the baseline,
+  and a row that learns at no rate takes no part (the table's chance level)."""
+  sweep = load_sweep(f"{LRA_SWEEP}:image_baselines=linformer+longformer")
+  planned = plan(sweep.runs)
+  assert dict(sweep.tuned) == {"listops_tuned": "learning_rate", "pathfinder_tuned": "learning_rate"}
+  assert dict(sweep.pilot) == {"listops_tuned": (0,), "pathfinder_tuned": (0,)}
+  for task, grid in (("listops", (1e-3, 3e-3)), ("pathfinder", (1e-4, 1e-3))):
+    table = f"{task}_tuned"
+    assert sweep.baselines[table] == ("model", "Trans.") and sweep.chance[table] == sweep.chance[task]
+    assert table in sweep.shared
+    runs = [(p, r) for p in select(planned, [table]) for r in p.runs if r.cell.table == table]
+    rates = collections.Counter((dict(r.cell.labels)["model"], p.config.optimizer.learning_rate) for p, r in runs)
+    models = {dict(r.cell.labels)["model"] for p, r in runs}
+    assert rates == {(m, lr): 3 for m in models for lr in grid}
+    assert all(float(dict(r.cell.labels)["learning_rate"]) == p.config.optimizer.learning_rate for p, r in runs)
+    plain = {p.key for p in select(planned, [task])}
+    at_short = {p.key for p, r in runs if p.config.optimizer.learning_rate == grid[0]}
+    assert at_short == plain and not {p.key for p, r in runs} - at_short & plain
+    assert {p.config.total_steps for p, _ in runs} == {p.config.total_steps for p in select(planned, [task])}
+  assert len({dict(r.cell.labels)["model"] for r in sweep.runs if r.cell.table == "listops_tuned"}) == 9
+  assert {dict(r.cell.labels)["model"] for r in sweep.runs if r.cell.table == "pathfinder_tuned"} == {
+    "Trans.",
+    "Linformer",
+    "Longformer",
+    "PrimalFormer",
+    "Primal.+Trans.",
+  }
+
+
 def test_table2_every_planned_model_builds_at_its_tasks_length():
   planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1,figure_seeds=0").runs)
-  assert len(planned) == 19 + 1 + 1 + 3 + 1  # listops_release's, pathfinder_matched's, image_long's, image_matched's
+  # listops_release's, pathfinder_matched's, image_long's, image_matched's, and the tuned tables' second rate
+  assert len(planned) == 19 + 1 + 1 + 3 + 1 + 9 + 5
   for p in planned.values():
-    task = {"image_long": "image", "image_matched": "image"}.get(p.runs[0].cell.table, p.runs[0].cell.table)
+    table = p.runs[0].cell.table.removesuffix("_tuned")
+    task = {"image_long": "image", "image_matched": "image"}.get(table, table)
     assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
     assert (p.config.data.val_fraction if task == "image" else p.config.data.num_validation) > 0
     assert lra_params.count_config_params(p.config, task) > 0, (task, _model(p.runs[0]))

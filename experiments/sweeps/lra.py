@@ -38,6 +38,13 @@ Tables (`--only=listops,image,pathfinder` picks some):
     steps, about 1.9 epochs; warm-up stretched to 320), validation every 400 steps: every `short` Image run's
     best validation is its last step (issue 55), so this asks whether the gap is learning speed; each record's
     `validation_curve` gives the tables' `converged` column. Trans. takes about 2 h a run on a shared core.
+  listops_tuned, pathfinder_tuned: every row of listops / pathfinder at each learning rate of `LR_GRID` (issue
+    55: one protocol for every mechanism), the rate chosen per mechanism on seed 0's best validation accuracy
+    (`PILOT`), seeds 1 and 2 trained at the chosen rate only. The grid is the table's `short` rate and one above
+    it (ListOps 1e-3 and 3e-3, Pathfinder 1e-4 and 1e-3): the rows that did not learn stay at the majority label
+    or at chance at that rate, stuck rather than unstable, and the rows that learned did so at it. The runs at
+    the `short` rate are the listops / pathfinder tables' own (the same configs); a row that learns at no rate
+    of the grid is "did not learn at any rate tried" and takes part in no verdict.
 Every row has `seeds` seeds (3); paired differences: every row against Trans. of its table, seed by seed
 (pathfinder_matched: against PrimalFormer; image_matched: the matched Trans.; figure1: each arm's accuracy
 against PrimalFormer at eta 0).
@@ -125,7 +132,12 @@ TITLES = {
   "pathfinder_matched": "Pathfinder (`short`): Linformer at PrimalFormer's size (k 16) and at the release's (k 256)",
   "image_matched": "Image (`short`): PrimalFormer and Primal.+Trans. against a Trans. at PrimalFormer's size",
   "image_long": "Table 2, Image on Fashion-MNIST at 4x the `short` schedule: Trans., PrimalFormer, Primal.+Trans.",
+  "listops_tuned": "Table 2, ListOps (`short`): each mechanism at its rate chosen on seed 0's validation",
+  "pathfinder_tuned": "Table 2, Pathfinder (`short`): each mechanism at its rate chosen on seed 0's validation",
 }
+# listops_tuned / pathfinder_tuned: the same grid for every mechanism of a table, the `short` rate first
+LR_GRID = {"listops": (1e-3, 3e-3), "pathfinder": (1e-4, 1e-3)}
+PILOT = (0,)  # the seeds that choose the rate (the others train at the chosen rate only)
 MATCHED_LINFORMER_K = 16  # Linformer's rows of E at which its Pathfinder model has PrimalFormer's size (0.9% fewer)
 MATCHED_TRANS_HIDDEN = 331  # Trans.' hidden width at which its Image model has PrimalFormer's size (0.05% fewer)
 FIGURE1_ARMS = (("Trans.", "softmax", None), ("PrimalFormer eta=0.1", "primalformer", None))
@@ -142,6 +154,7 @@ DEFAULT_IMAGE_BASELINES = "linformer+yoso_e"
 CHANCE = {"listops": 17.55, "image": 10.55, "pathfinder": 50.0}
 CHANCE |= {"listops_release": CHANCE["listops"], "pathfinder_matched": CHANCE["pathfinder"]}  # the same splits
 CHANCE |= {"image_long": CHANCE["image"], "image_matched": CHANCE["image"], "figure1": CHANCE["listops"]}
+CHANCE |= {f"{task}_tuned": CHANCE[task] for task in LR_GRID}
 FIGURE1_EXAMPLES = 64  # test sequences per model's spectrum (smoke: 4)
 
 
@@ -213,6 +226,15 @@ def get_sweep(arg: str | None = None) -> Sweep:
     for label, model, paper in task_models("image", ()):  # Trans., PrimalFormer, Primal.+Trans.
       cell = Cell("image_long", (("dataset", DATASET["image"]), ("model", label), ("steps", str(steps))), paper)
       runs.append(Run(f"{CONFIG}:task=image,model={model},{size}", cell, seed, "own_validation", long))
+  for task, grid in LR_GRID.items():  # after every other table: its new runs come last
+    for seed in range(args["seeds"]):
+      for label, model, paper in task_models(task, baselines):
+        for lr in grid:
+          cell = Cell(
+            f"{task}_tuned", (("dataset", DATASET[task]), ("model", label), ("learning_rate", str(lr))), paper
+          )
+          rate = smoke | {"optimizer.learning_rate": lr}
+          runs.append(Run(f"{CONFIG}:task={task},model={model},{size}", cell, seed, "own_validation", rate))
   schedule = "smoke runs" if args["smoke"] else "`short` runs (listops_release: the release's schedule)"
   notes = (
     f"{schedule}; see experiments/sweeps/lra.py. Values: test accuracy (%) at the best validation evaluation. "
@@ -222,6 +244,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
   baselines["pathfinder_matched"] = ("model", "PrimalFormer")
   baselines["image_long"] = ("model", "Trans.")
   baselines["image_matched"] = ("model", matched)
+  baselines |= {f"{task}_tuned": ("model", "Trans.") for task in LR_GRID}  # Trans. at its chosen rate
   baselines["figure1"] = ("arm", "PrimalFormer eta=0")  # accuracy: does the KSVD loss move it (Table 6's question)
   spectrum = functools.partial(_store_spectrum, num_examples=4 if args["smoke"] else FIGURE1_EXAMPLES)
   return Sweep(
@@ -231,7 +254,9 @@ def get_sweep(arg: str | None = None) -> Sweep:
     baselines=baselines,
     after_run={"figure1": spectrum},
     chance=CHANCE,
-    shared=("pathfinder_matched", "image_matched"),
+    shared=("pathfinder_matched", "image_matched", *(f"{task}_tuned" for task in LR_GRID)),
+    tuned={f"{task}_tuned": "learning_rate" for task in LR_GRID},
+    pilot={f"{task}_tuned": PILOT for task in LR_GRID},
   )
 
 
