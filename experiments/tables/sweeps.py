@@ -41,8 +41,9 @@ def _per_run(row) -> str:
   return minutes(sum(row.wall_seconds) / row.n) if row.n else "-"
 
 
-# The sweep argument the docs tables read each family's sweep file with (its plan: which runs a table pairs).
-DOCS_SWEEP_ARGS = {"d4rl": "halfcheetah", "uea": "table1_seeds=10"}
+# The sweep argument the docs tables read each family's sweep file with (its plan: which runs a table pairs);
+# lra: the Image and Pathfinder baselines its records were trained with (docs/results.md).
+DOCS_SWEEP_ARGS = {"d4rl": "halfcheetah", "uea": "table1_seeds=10", "lra": "image_baselines=linformer+longformer"}
 
 
 # Record folders whose runs are of another family's sweep file (a table trained in a workdir of its own).
