@@ -92,6 +92,33 @@ def test_a_pilot_chooses_on_its_seeds_alone_and_the_chosen_row_keeps_every_seed(
   assert linear_pair.row.cell.labels == (("model", "Linear"),) and linear_pair.paired.n == 1
 
 
+def test_a_row_that_learned_at_no_value_of_the_grid_says_so_and_one_that_lapsed_on_a_seed_does_not():
+  """Chance 50%, margin 2 (a seed learned iff its best validation is above 52), pilot seed 0. Flat sits at chance at
+  both rates, so its verdict names the grid; Lapse learned (seed 0 at 1e-4, chosen) but not on seed 1, so it is
+  plain "did not learn"; a reference that learned at no rate makes every comparison name it the same way."""
+  rows = [
+    _row("DT", "1e-4", {0: 60.0, 1: 61.0, 2: 62.0}, {0: 60.0, 1: 61.0, 2: 62.0}),
+    _row("DT", "1e-3", {0: 50.0}, {0: 50.0}),
+    _row("Flat", "1e-4", {0: 50.0}, {0: 50.0}),
+    _row("Flat", "1e-3", {0: 51.0, 1: 50.0, 2: 52.0}, {0: 51.0, 1: 50.0, 2: 52.0}),  # 52.0 is not above 52
+    _row("Lapse", "1e-4", {0: 70.0, 1: 51.0, 2: 70.0}, {0: 70.0, 1: 51.0, 2: 70.0}),
+    _row("Lapse", "1e-3", {0: 60.0}, {0: 60.0}),
+  ]
+  runs = tuple(Run("uea:smoke", row.cell) for row in rows)
+  tuned = {"baselines": {"t": ("model", "DT")}, "tuned": {"t": "lr"}, "pilot": {"t": (0,)}}
+  sweep = Sweep(runs, chance={"t": 50.0}, **tuned)
+  flat, lapse = comparisons(sweep, rows, "t")
+  assert (flat.verdict, lapse.verdict) == ("did not learn at any lr tried", "did not learn")
+  assert flat.row.accuracies == (51.0, 50.0, 52.0) and math.isnan(flat.p)  # the chosen 1e-3, untested
+  assert lapse.row.accuracies == (70.0, 51.0, 70.0) and math.isnan(lapse.p)
+  # The reference at chance at both rates: a row that learned on every seed names it, with the grid.
+  flat_dt = [dataclasses.replace(rows[0], validations=(50.0, 51.0, 49.0)), rows[1]]
+  learner = [dataclasses.replace(rows[4], validations=(70.0, 60.0, 70.0)), rows[5]]
+  assert [c.verdict for c in comparisons(sweep, flat_dt + learner, "t")] == ["DT did not learn at any lr tried"]
+  # Without a chance level every comparison is tested.
+  assert all(not c.verdict.startswith("did not") for c in comparisons(Sweep(runs, **tuned), rows, "t"))
+
+
 def test_pilot_skip_trains_only_the_pilot_seeds_and_the_chosen_value():
   sweep, P = _sweep(pilot={"t": (0,)}), "rollouts"  # noqa: N806
   choices = {"t": choose(ROWS, "t", "lr", pilot=(0,))}

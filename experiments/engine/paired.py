@@ -21,7 +21,8 @@ In a table with a chance level (`Sweep.chance`), a comparison is tested only whe
 learned (best validation accuracy above chance + `Sweep.learn_margin`) on every paired seed: otherwise its verdict
 is "did not learn" (the row) or "<baseline> did not learn", it has no p-value and it is not counted in the table's
 Holm family. A difference between a model that learns and one that does not at the one rate tried measures the
-rate, not the mechanism.
+rate, not the mechanism. In a tuned table (`Sweep.tuned`) a side none of whose runs learned at any value of the
+grid reads "... did not learn at any <column> tried" (`learned_nowhere`).
 """
 
 from __future__ import annotations
@@ -83,12 +84,28 @@ def learned(sweep: Sweep, row: Row) -> dict[int, bool] | None:
   return {seed: bool(value > chance + sweep.learn_margin) for seed, value in zip(row.seeds, validations, strict=True)}
 
 
-def _untestable(sweep: Sweep, row: Row, baseline: Row | None, seeds: set[int], reference: str) -> str | None:
-  """The verdict of a comparison that is not tested because a side did not learn on a paired seed, else None."""
+def learned_nowhere(sweep: Sweep, rows: Sequence[Row], table: str) -> set[tuple]:
+  """The groups of tuned `table` (`Sweep.tuned`), as (labels without the tuned column, protocol), none of whose
+  runs learned (`learned`) at any value of the grid on any seed; empty where the table sets no chance level."""
+  column, groups = sweep.tuned[table], {}
+  for row in rows:
+    flags = learned(sweep, row) if row.cell.table == table and column in dict(row.cell.labels) else None
+    if flags is not None:
+      key = tuple(pair for pair in row.cell.labels if pair[0] != column), row.protocol
+      groups[key] = groups.get(key, False) or any(flags.values())
+  return {key for key, any_learned in groups.items() if not any_learned}
+
+
+def _untestable(
+  sweep: Sweep, row: Row, baseline: Row | None, seeds: set[int], reference: str, nowhere: tuple[set, str]
+) -> str | None:
+  """The verdict of a comparison that is not tested because a side did not learn on a paired seed, else None;
+  "... at any <column> tried" for a side in `nowhere` (the groups of a tuned table that learned at no value)."""
+  groups, column = nowhere
   for side, verdict in ((row, NOT_LEARNED), (baseline, f"{reference} {NOT_LEARNED}")):
     flags = learned(sweep, side) if side is not None else None
     if flags is not None and not all(flags[seed] for seed in seeds):
-      return verdict
+      return verdict + (f" at any {column} tried" if (side.cell.labels, side.protocol) in groups else "")
   return None
 
 
@@ -99,7 +116,9 @@ def _others(row: Row, column: str) -> tuple:
 def comparisons(sweep: Sweep, rows: Sequence[Row], table: str) -> list[Comparison]:
   """The comparisons of `table` (named in `sweep.baselines`), in the order of `rows`, Holm-corrected as a family."""
   column, value = sweep.baselines[table]
+  nowhere: tuple[set, str] = (set(), "")
   if table in sweep.tuned:  # each group's value chosen on validation: only the chosen rows are paired
+    nowhere = learned_nowhere(sweep, rows, table), sweep.tuned[table].replace("_", " ")
     rows = tuning.tuned_rows(sweep, rows, table)
   mine = [row for row in rows if row.cell.table == table and column in dict(row.cell.labels)]
   baselines = {_others(row, column): row for row in mine if dict(row.cell.labels)[column] == value}
@@ -108,7 +127,7 @@ def comparisons(sweep: Sweep, rows: Sequence[Row], table: str) -> list[Compariso
     if dict(row.cell.labels)[column] != value:
       baseline = baselines.get(_others(row, column))
       pairs.append((row, baseline, by_seed(row), by_seed(baseline) if baseline else {}))
-  untested = [_untestable(sweep, row, base, set(a) & set(b), value) for row, base, a, b in pairs]
+  untested = [_untestable(sweep, row, base, set(a) & set(b), value, nowhere) for row, base, a, b in pairs]
   p_values = [math.nan if u else stats.paired_p_value(a, b) for u, (_, _, a, b) in zip(untested, pairs, strict=True)]
   adjusted = stats.holm(p_values)
   levels = stats.holm_confidences(p_values, CONFIDENCE)
@@ -183,7 +202,8 @@ def paired_note(sweep: Sweep) -> str:
     f"{level.replace('it contains', 'the Holm CI contains')}unresolved: otherwise, or fewer than 2 pairs."
     + (
       f" did not learn: the row (or, named, its baseline) did not learn on a paired seed (best validation accuracy "
-      f"not above chance + {sweep.learn_margin:g} points): not tested, not counted in the family."
+      f"not above chance + {sweep.learn_margin:g} points): not tested, not counted in the family"
+      + ("; at any ... tried: no run of it learned at any value of the table's grid." if sweep.tuned else ".")
       if sweep.chance
       else ""
     )
