@@ -33,6 +33,8 @@ does not say so itself gets one line under it that does (`experiments.tables.rea
 Each kind is rendered by a module of `experiments.tables`; this one places the tables. Sources: the UEA sweep's run
 records (experiments/results/uea_table1/runs/*/result.json), the LRA records (experiments/results/lra*/), the spectrum
 and benchmark JSON files, and for `lra:params` the model code itself (`experiments.lra_params`).
+Run without file arguments, it also rewrites (or, with `--check`, names) the table files each sweep wrote beside
+its records, results.md, results.csv and paired.csv (`experiments.tables.sweep_files`).
 `tests/test_docs_tables.py` runs the check, so a result file or a model that changes without its table fails CI.
 """
 
@@ -54,6 +56,7 @@ from experiments.tables import (
   paired_docs,
   results,
   step_profile,
+  sweep_files,
   sweeps,
   uncertainty,
   vs_release,
@@ -200,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
   paths = args.files or documents()
   try:
     stale = update(paths, check=args.check)
+    if not args.files:  # and the table files the sweeps wrote beside their records
+      stale += [f"{name}: sweep tables" for name in sweep_files.update(check=args.check)]
   except DamagedFileError as err:  # a damaged result file: one line naming it, nothing written
     print(f"docs_tables: error: {err}", file=sys.stderr)
     return 2

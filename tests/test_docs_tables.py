@@ -1,10 +1,12 @@
 """The generated tables of README.md and docs/ (experiments.docs_tables): up to date, and the marker rules."""
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from experiments import docs_tables
+from experiments.tables import sweep_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = "lra:params"  # computed from the model code (40 shape evaluations), checked on its own
@@ -15,6 +17,28 @@ def test_result_tables_are_up_to_date():
   assert ROOT / "README.md" in paths and ROOT / "docs" / "results.md" in paths
   stale = docs_tables.update(paths, check=True, select=lambda name: name != PARAMS)
   assert not stale, f"out of date (run `python -m experiments.docs_tables`): {stale}"
+
+
+def test_the_table_files_beside_every_sweep_s_records_are_up_to_date():
+  stale = sweep_files.update(check=True)
+  assert not stale, f"out of date (run `python -m experiments.docs_tables`): {stale}"
+
+
+def test_every_sweep_folder_s_table_files_are_checked_and_a_stale_one_is_named_then_rewritten(tmp_path, monkeypatch):
+  """Every results.md under experiments/results is a folder `sweep_files` checks; on a copy of the LM folder, a
+  changed results.md is named by the check (and left as it is), then rewritten to the committed text."""
+  results = ROOT / "experiments" / "results"
+  assert {p.parent.relative_to(results).as_posix() for p in results.rglob("results.md")} == set(sweep_files.FOLDERS)
+  shutil.copytree(results / "lm", tmp_path / "lm")
+  monkeypatch.setattr(sweep_files, "RESULTS", tmp_path)
+  monkeypatch.setattr(sweep_files, "ROOT", tmp_path)
+  monkeypatch.setattr(sweep_files, "FOLDERS", {"lm/sweep": "lm"})
+  table = tmp_path / "lm" / "sweep" / "results.md"
+  committed = table.read_text()
+  assert sweep_files.update(check=True) == []
+  table.write_text(committed.replace("| worse |", "| better |"))
+  assert sweep_files.update(check=True) == ["lm/sweep/results.md"] and "| better |" in table.read_text()
+  assert sweep_files.update(check=False) == ["lm/sweep/results.md"] and table.read_text() == committed
 
 
 def test_parameter_count_table_is_up_to_date():

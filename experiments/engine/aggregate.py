@@ -224,19 +224,30 @@ def write_results(
   sweep's plots in `workdir`; returns the rows. A finished run without its protocol's value is left out of its
   row and named (`unscored_line`) to `print_fn` and in results.md."""
   workdir = Path(workdir)
-  planned = plan(sweep.runs) if planned is None else planned
-  rows = aggregate(sweep, workdir, planned)
+  rows, texts = results_files(sweep, workdir, planned)
   for row in rows:
     for key, seed in row.unscored:
       print_fn(unscored_line(key, row.cell, seed, row.protocol))
-  results = [r for r in (read_result(record_dir(workdir, key)) for key in planned) if r is not None]
-  (workdir / "results.md").write_text(results_markdown(sweep, rows, [r["wall_seconds"] for r in results]))
-  (workdir / "results.csv").write_text(results_csv(rows))
-  if sweep.baselines:
-    (workdir / PAIRED_CSV).write_text(paired_csv(sweep, rows))
+  for name, text in texts.items():
+    (workdir / name).write_text(text)
   if sweep.plot is not None:
     sweep.plot(rows, workdir)
   return rows
+
+
+def results_files(
+  sweep: Sweep, workdir: Path, planned: Mapping[str, PlannedRun] | None = None
+) -> tuple[list[Row], dict[str, str]]:
+  """The rows and the text of each table file `write_results` writes in `workdir` (file name -> text), written
+  nowhere (`experiments.tables.sweep_files` checks the committed ones against it)."""
+  planned = plan(sweep.runs) if planned is None else planned
+  rows = aggregate(sweep, workdir, planned)
+  results = [r for r in (read_result(record_dir(workdir, key)) for key in planned) if r is not None]
+  texts = {"results.md": results_markdown(sweep, rows, [r["wall_seconds"] for r in results])}
+  texts["results.csv"] = results_csv(rows)
+  if sweep.baselines:
+    texts[PAIRED_CSV] = paired_csv(sweep, rows)
+  return rows, texts
 
 
 def result_line(planned: PlannedRun, summary: dict) -> str:
