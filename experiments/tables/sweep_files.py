@@ -2,7 +2,7 @@
 `experiments.engine.aggregate.write_results`), kept in step with the records and the code as the docs tables are:
 `python -m experiments.docs_tables` rewrites them and `--check` names each one out of date. A sweep writes them
 only when it runs, so without this a committed file keeps the verdicts of the code that last ran in its folder (the
-LRA folder's read raw 95% intervals after the verdicts had moved to Holm-corrected ones).
+LRA folder's results.md gave raw 95% verdicts after the docs had moved to Holm-corrected ones).
 """
 
 from __future__ import annotations
