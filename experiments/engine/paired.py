@@ -91,8 +91,7 @@ def learned_nowhere(sweep: Sweep, rows: Sequence[Row], table: str) -> set[tuple]
   for row in rows:
     flags = learned(sweep, row) if row.cell.table == table and column in dict(row.cell.labels) else None
     if flags is not None:
-      key = tuple(pair for pair in row.cell.labels if pair[0] != column), row.protocol
-      groups[key] = groups.get(key, False) or any(flags.values())
+      groups[_others(row, column)] = groups.get(_others(row, column), False) or any(flags.values())
   return {key for key, any_learned in groups.items() if not any_learned}
 
 
