@@ -68,9 +68,9 @@ from primal_jax.atomic_files import DamagedFileError
 DOCUMENTS = ("README.md", "docs/*.md")
 # Markers stand on lines of their own (a marker quoted inside a line of text is not one).
 MARKER = re.compile(
-  r"^<!-- table:(?P<name>[\w:./+() -]+) begin -->\n(?P<body>.*?)^<!-- table:(?P=name) end -->$", re.S | re.M
+  r"^<!-- table:(?P<name>[\w:./+()@ -]+) begin -->\n(?P<body>.*?)^<!-- table:(?P=name) end -->$", re.S | re.M
 )
-BEGIN = re.compile(r"^<!-- table:([\w:./+() -]+) begin -->$", re.M)
+BEGIN = re.compile(r"^<!-- table:([\w:./+()@ -]+) begin -->$", re.M)
 
 
 TABLES: dict[str, Callable[[Path], str]] = {
@@ -145,6 +145,9 @@ def fill(
   whose records must all be clean), and the names found."""
   note = Path(base).resolve() != ROOT.resolve() if note is None else note
   begins = BEGIN.findall(text)
+  odd = sorted(set(re.findall(r"^<!-- table:(.+) begin -->$", text, re.M)) - set(begins))
+  if odd:  # a marker the pattern would pass over: it would be left stale without a word
+    raise ValueError(f"table marker with a character a table name cannot have (letters, digits, _:./+()@ -): {odd[0]}")
   names = [m.group("name") for m in MARKER.finditer(text)]
   if len(begins) != len(names):
     unmatched = sorted(set(begins) - set(names)) or begins

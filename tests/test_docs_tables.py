@@ -75,6 +75,8 @@ def test_a_quoted_marker_is_text_and_broken_markers_are_errors():
     docs_tables.fill("<!-- table:uea:table8 begin -->\n| x |\n", ROOT)
   with pytest.raises(ValueError, match="unknown table 'nope'"):
     docs_tables.fill("<!-- table:nope begin -->\n<!-- table:nope end -->\n", ROOT)
+  with pytest.raises(ValueError, match="a character a table name cannot have .*: d4rl:t#4"):
+    docs_tables.fill("<!-- table:d4rl:t#4 begin -->\n<!-- table:d4rl:t#4 end -->\n", ROOT)
 
 
 def test_check_mode_reports_and_leaves_the_file_alone(tmp_path, capsys):

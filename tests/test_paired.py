@@ -198,7 +198,7 @@ def test_the_docs_table_reads_the_records_and_the_sweep_files_baseline(tmp_path,
   assert f"+4.00 [{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}] unresolved" in forest
   with pytest.raises(ValueError, match="names no baseline for table 'u'"):
     docs_tables.render_table("paired:fam:u", tmp_path)
-  with pytest.raises(ValueError, match=r"paired:<family>:<table>\[:<label>\]"):
+  with pytest.raises(ValueError, match=r"paired:<family>:<table>\[@every_seed\]\[:<label>\]"):
     docs_tables.render_table("paired:fam", tmp_path)
 
   # paired:<family>:<table>:<label>: every row against the row of that label instead (DT - Primal.+DT: -2, -6)

@@ -156,3 +156,33 @@ def test_d4rl_table4_tuned_reuses_table4_all_and_adds_the_baselines_at_1e_3():
   models = {dict(i.split("=") for i in p.runs[0].config.split(":")[1].split(",") if "=" in i)["model"] for p in new}
   assert {p.config.optimizer.learning_rate for p in new} == {1e-3}
   assert models == {"linear", "reformer", "performer", "cosformer", "flowformer"} and len(new) == 15
+
+
+def test_a_piloted_docs_table_shows_and_pairs_on_the_every_seed_choice_recomputed_from_the_records():
+  """`tuned:` adds what every seed's validation would choose, `@every_seed` pairs on it; both checked against the
+  ListOps Linformer records read here with json and numpy (1e-3 is the `listops` table's own rate)."""
+  import json
+  from pathlib import Path
+
+  import numpy as np
+
+  from experiments.tables.paired_docs import paired_target, tuned_sweep
+
+  by_rate: dict[str, list[float]] = {}
+  for path in Path("experiments/results/lra/sweep/runs").glob("*/result.json"):
+    record = json.loads(path.read_text())
+    labels = dict(record["runs"][0]["cell"]["labels"])
+    if record["runs"][0]["cell"]["table"] in ("listops", "listops_tuned") and labels["model"] == "Linformer":
+      rate = labels.get("learning_rate", "0.001")
+      by_rate.setdefault(rate, []).append(100 * record["summary"]["best_validation"]["accuracy"])
+  assert sorted(by_rate) == ["0.001", "0.003"] and all(len(v) == 3 for v in by_rate.values())
+  means = {rate: float(np.mean(v)) for rate, v in by_rate.items()}
+  best = max(means, key=means.get)
+  row = next(line for line in tuned_sweep("lra:listops_tuned", Path(".")).splitlines() if "| Linformer |" in line)
+  assert row.split(" | ")[-1] == f"{best} ({means['0.001']:.1f} / {means['0.003']:.1f}) |"
+
+  _, sweep, table = paired_target("d4rl:table4_tuned@every_seed:Primal.+DT")
+  assert table == "table4_tuned" and sweep.pilot == {} and sweep.baselines[table] == ("model", "Primal.+DT")
+  for bad in ("lra:listops@every_seed", "d4rl:table4_tuned@pilot"):
+    with pytest.raises(ValueError, match="only a piloted table takes a suffix, @every_seed"):
+      paired_target(bad)
