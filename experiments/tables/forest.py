@@ -1,6 +1,6 @@
 """Forest plots of a table's paired differences, as text the docs can hold and `docs_tables --check` can compare.
 
-`forest:<family>:<table>[:<label>]` draws the comparisons of `paired:<family>:<table>[:<label>]` on one axis:
+`forest:<family>:<table>[@every_seed][:<label>]` draws the comparisons of `paired:<same>` on one axis:
 per row, the Holm-corrected interval as `=`, the raw 95% interval over it as `-`, the mean as `o`, and zero as a
 `|` line through every row, so a reader sees at a glance which intervals leave zero. Text, not an image: it is
 deterministic, diffs in review and needs no plotting library where the docs are checked.
@@ -90,7 +90,7 @@ def forest_table(comparisons: Sequence, digits: int, reference: str) -> str:
 
 
 def forest_sweep(arg: str, base) -> str:
-  """`forest:<family>:<table>[:<label>]`: the forest plot of the docs table `paired:<same>`."""
+  """`forest:<family>:<table>[@every_seed][:<label>]`: the forest plot of the docs table `paired:<same>`."""
   folder, sweep, table = paired_target(arg)
   found = comparisons(sweep, docs_rows(folder, sweep, table), table)
   if not found:

@@ -44,8 +44,9 @@ def tuned_sweep(arg: str, base: Path) -> str:
   column, pilot = sweep.tuned[table], sweep.pilot.get(table)
   rows = docs_rows(folder, sweep, table)
   choices = sweep_choices(sweep, rows, table)
-  # a piloted table also shows what every seed's validation would choose, where every value has all its seeds
-  every = {(c.labels, c.protocol): c for c in choose(rows, table, column, higher_is_better=sweep.higher_is_better)}
+  every = {}  # a piloted table also shows what every seed's validation would choose (where every value has all seeds)
+  if pilot is not None:
+    every = {(c.labels, c.protocol): c for c in choose(rows, table, column, higher_is_better=sweep.higher_is_better)}
   if not choices:
     raise ValueError(f"tuned:{arg}: no run of table {table!r} is planned")
   values = list(dict.fromkeys(v for c in choices for v, _ in c.tried))
