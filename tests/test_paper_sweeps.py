@@ -236,11 +236,13 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected |= {("image_matched", m): 3 for m in ("primalformer", "primal_plus")} | {("image_matched", "softmax"): 6}
   expected |= {("listops_tuned", m): 6 for m in TABLE2}  # 2 rates x 3 seeds
   expected |= {("pathfinder_tuned", m): 6 for m in ("softmax", "primalformer", "primal_plus", "linformer", "yoso_e")}
+  expected |= {("pathfinder_5seeds", "primalformer"): 10, ("pathfinder_5seeds", "linformer"): 5}
   # figure1: the listops runs, 3 at eta 0 and 3 at eta 2; listops_release: 3 on the release's schedule;
   # pathfinder_matched: the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16;
   # image_long: 9 new runs; image_matched: the image table's Trans., PrimalFormer and Primal.+Trans. and 3 new;
-  # listops_tuned and pathfinder_tuned: their tables' runs at the `short` rate, and 27 and 15 new at the other
-  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9 + 3 + 27 + 15
+  # listops_tuned and pathfinder_tuned: their tables' runs at the `short` rate, and 27 and 15 new at the other;
+  # pathfinder_5seeds: pathfinder_tuned's PrimalFormer (both rates) and Linformer (1e-4) runs, and seeds 3-4: 6 new
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9 + 3 + 27 + 15 + 6
   assert {r.protocol for r in sweep.runs} == {"own_validation"}
   assert {r.cell.table for r in sweep.runs if ",short" not in r.config} == {"listops_release"}
   release = [p.config for p in select(plan(sweep.runs), ["listops_release"])]
@@ -257,6 +259,7 @@ def test_table2_plans_every_mechanism_task_and_seed():
     "image_matched",
     "listops_tuned",
     "pathfinder_tuned",
+    "pathfinder_5seeds",
   }
   figure = select(plan(sweep.runs), ["figure1"])
   arms = {
@@ -299,7 +302,7 @@ def test_table2_tuned_tables_train_every_mechanism_on_one_grid_chosen_by_a_seed_
   and a row that learns at no rate takes no part (the table's chance level)."""
   sweep = load_sweep(f"{LRA_SWEEP}:image_baselines=linformer+longformer")
   planned = plan(sweep.runs)
-  assert dict(sweep.tuned) == {"listops_tuned": "learning_rate", "pathfinder_tuned": "learning_rate"}
+  assert dict(sweep.tuned) == {t: "learning_rate" for t in ("listops_tuned", "pathfinder_tuned", "pathfinder_5seeds")}
   assert dict(sweep.pilot) == {"listops_tuned": (0,), "pathfinder_tuned": (0,)}
   for task, grid in (("listops", (1e-3, 3e-3)), ("pathfinder", (1e-4, 1e-3))):
     table = f"{task}_tuned"
@@ -333,12 +336,32 @@ def test_table2_tuned_tables_train_every_mechanism_on_one_grid_chosen_by_a_seed_
   }
 
 
+def test_table2_pathfinder_5seeds_chooses_on_every_seed_of_five_and_pairs_against_primalformer():
+  """The 5-seed follow-up of Pathfinder's Linformer against PrimalFormer: PrimalFormer at both rates of the grid,
+  Linformer at 1e-4, seeds 0-4, every seed choosing (no pilot); its seeds 0-2 are pathfinder_tuned's runs (the same
+  keys), seeds 3 and 4 the 6 new ones."""
+  sweep = load_sweep(LRA_SWEEP)
+  planned = plan(sweep.runs)
+  table = "pathfinder_5seeds"
+  assert sweep.tuned[table] == "learning_rate" and table not in sweep.pilot and table in sweep.shared
+  assert sweep.baselines[table] == ("model", "PrimalFormer") and sweep.chance[table] == 50.0
+  runs = [(p, r) for p in select(planned, [table]) for r in p.runs if r.cell.table == table]
+  cells = collections.Counter((dict(r.cell.labels)["model"], p.config.optimizer.learning_rate) for p, r in runs)
+  assert cells == {("PrimalFormer", 1e-4): 5, ("PrimalFormer", 1e-3): 5, ("Linformer", 1e-4): 5}
+  assert sorted({r.seed for _, r in runs}) == [0, 1, 2, 3, 4]
+  assert all(float(dict(r.cell.labels)["learning_rate"]) == p.config.optimizer.learning_rate for p, r in runs)
+  tuned = {p.key for p in select(planned, ["pathfinder_tuned"])}
+  assert {p.key for p, r in runs if r.seed < 3} <= tuned and not {p.key for p, r in runs if r.seed >= 3} & tuned
+  assert len({p.key for p, _ in runs}) == 15
+
+
 def test_table2_every_planned_model_builds_at_its_tasks_length():
   planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1,figure_seeds=0").runs)
-  # listops_release's, pathfinder_matched's, image_long's, image_matched's, and the tuned tables' second rate
-  assert len(planned) == 19 + 1 + 1 + 3 + 1 + 9 + 5
+  # listops_release's, pathfinder_matched's, image_long's, image_matched's, the tuned tables' second rate, and
+  # pathfinder_5seeds' seeds 1-4 (3 configs)
+  assert len(planned) == 19 + 1 + 1 + 3 + 1 + 9 + 5 + 12
   for p in planned.values():
-    table = p.runs[0].cell.table.removesuffix("_tuned")
+    table = p.runs[0].cell.table.removesuffix("_tuned").removesuffix("_5seeds")
     task = {"image_long": "image", "image_matched": "image"}.get(table, table)
     assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
     assert (p.config.data.val_fraction if task == "image" else p.config.data.num_validation) > 0
