@@ -109,7 +109,7 @@ def _untestable(
 
 
 def _others(row: Row, column: str) -> tuple:
-  return tuple(pair for pair in row.cell.labels if pair[0] != column), row.protocol
+  return tuning.labels_without(row.cell.labels, column), row.protocol
 
 
 def comparisons(sweep: Sweep, rows: Sequence[Row], table: str) -> list[Comparison]:

@@ -41,6 +41,11 @@ class Choice:
   row: Row | None
 
 
+def labels_without(labels: tuple[tuple[str, str], ...], column: str) -> tuple[tuple[str, str], ...]:
+  """A cell's labels with the tuned `column` left out: what a group of a tuned table shares."""
+  return tuple(pair for pair in labels if pair[0] != column)
+
+
 def _mean_validation(row: Row, pilot: Sequence[int] | None) -> float:
   """The mean best validation over the row's finished seeds, or over the pilot seeds alone (nan until each has
   a finite value)."""
@@ -62,7 +67,7 @@ def choose(
     labels = dict(row.cell.labels)
     if row.cell.table != table or column not in labels:
       continue
-    rest = tuple(pair for pair in row.cell.labels if pair[0] != column)
+    rest = labels_without(row.cell.labels, column)
     groups.setdefault((rest, row.protocol), []).append(row)
   out = []
   for (rest, protocol), members in groups.items():
@@ -102,7 +107,7 @@ def pilot_skip(sweep: Sweep, runs: Sequence[Run], choices: Callable[[str], list[
       return None
     column = sweep.tuned[table]
     labels = dict(run.cell.labels)
-    rest = tuple(pair for pair in run.cell.labels if pair[0] != column)
+    rest = labels_without(run.cell.labels, column)
     choice = next(c for c in choices(table) if c.labels == rest and c.protocol == run.protocol)
     if choice.chosen == labels[column]:
       return None
