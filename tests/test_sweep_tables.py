@@ -72,8 +72,9 @@ def test_a_sweep_table_leaves_out_a_run_without_its_metric(tmp_path, monkeypatch
   monkeypatch.setattr(common, "RESULTS", tmp_path)
   table = sweeps.vit_sweep("short", tmp_path)
   # No summary.json: no parameter count, and a legacy record (no commit named).
-  assert "| DeiT | - | - | 80.0 | 50.0 (n = 1) | - | 2.0 min | CPU | legacy, no commit: 1 of 1 |" in table
-  assert table.endswith("| Primal.+DeiT | - | - | - | - | - | - | - | - |")
+  deit = "| DeiT | - | - | 80.0 | 50.0 (n = 1) | not recorded | - | 2.0 min | CPU | legacy, no commit: 1 of 1 |"
+  assert deit in table
+  assert table.endswith("| Primal.+DeiT | - | - | - | - | - | - | - | - | - |")
   assert "run b (short model=DeiT, seed 1, own_validation) has no `test_at_best_validation`" in caplog.text
 
 
@@ -120,14 +121,15 @@ def test_lra_table_follows_the_papers_column_order_and_marks_missing_seeds(tmp_p
   assert "| ours (the release's schedule, test at best validation) |" in header
   # image_long names its steps (a label of its rows).
   long_header = render_table("lra:image_long", tmp_path).splitlines()[0]
-  assert "| ours (3200 steps, test at best validation) | learned | converged |" in long_header
+  ratio = "eta x KSVD / task: start / middle / end"
+  assert f"| ours (3200 steps, test at best validation) | {ratio} | learned |" in long_header
   learned = "0 of 1: did not learn at the rate tried (lr 0.001)"
   assert (
-    lines[2]
-    == f"| ListOps | Trans. | 160,000 | 37.1 | 20.0 (n = 1) | {learned} | - | 10.0 min | CPU | dirty tree: 1 of 1 |"
+    lines[2] == f"| ListOps | Trans. | 160,000 | 37.1 | 20.0 (n = 1) | not recorded | {learned} | - | 10.0 min | CPU | "
+    "dirty tree: 1 of 1 |"
   )
-  primal = "| ListOps | PrimalFormer | 227,000-227,500 | 37.3 | 37.0 ± 1.4 (n = 2) | 2 of 2 | - | 10.0 min | CPU | "
-  primal += "1234567, abcdef0 |"
+  primal = "| ListOps | PrimalFormer | 227,000-227,500 | 37.3 | 37.0 ± 1.4 (n = 2) | not recorded | 2 of 2 | - "
+  primal += "| 10.0 min | CPU | 1234567, abcdef0 |"
   assert lines[3] == primal
   assert lines[4].startswith("| ListOps | Primal.+Trans. | - | 37.3 | 30.0 (n = 1) |")
   with pytest.raises(ValueError, match="no finished runs of table 'image'"):
@@ -190,3 +192,34 @@ def test_a_record_folder_of_its_own_is_read_with_its_familys_sweep():
   assert eta2.startswith("| PrimalFormer eta=2 | PrimalFormer eta=0 | 3 | -0.8 | 0.2 | [-1.4, -0.3] |")
   assert eta2.endswith("| worse |")
   assert next(line for line in lines if line.startswith("| Trans. |")).endswith("| did not learn |")
+
+
+def test_the_ksvd_ratio_column_averages_each_logged_step_over_a_rows_runs(tmp_path):
+  """Issue 55.2: every sweep table shows eta x KSVD / task loss at the first, middle and last logged steps, the
+  mean over the row's runs; '-' where the row has no KSVD term or a run lacks that step, 'not recorded' where no
+  run has it, '(n = k)' where only k runs do."""
+  from experiments.tables.ksvd_ratio import ksvd_ratio
+
+  def run(name, ratio):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "result.json").write_text(json.dumps({"summary": {"ksvd_ratio": ratio} if ratio else {}}))
+    return str(tmp_path / name)
+
+  def at(eta, ratio):
+    return {"step": 1, "task_loss": 2.0, "ksvd_loss": ratio * 2.0 / eta if eta else 0.0, "eta": eta, "ratio": ratio}
+
+  def row(*sources):
+    n = len(sources)
+    return Row(Cell("t", (("model", "m"),), None), "p", (1.0,) * n, 3, (1.0,) * n, sources=sources)
+
+  a = run("a", {"start": at(0.5, 100.0), "middle": at(0.5, 2.0), "end": at(0.5, 0.02)})
+  b = run("b", {"start": at(0.5, 300.0), "middle": at(0.5, 4.0), "end": at(0.5, 0.04)})
+  old = run("old", {"start": at(0.5, 200.0), "end": at(0.5, 0.03)})  # before the middle step was recorded
+  none = run("none", None)
+  zero = run("zero", {"start": at(0.0, 0.0), "middle": at(0.0, 0.0), "end": at(0.0, 0.0)})
+  assert ksvd_ratio(row(a, b)) == "2e+02 / 3 / 0.03"
+  assert ksvd_ratio(row(a, b, old)) == "2e+02 / - / 0.03"
+  assert ksvd_ratio(row(a, none)) == "1e+02 / 2 / 0.02 (n = 1)"
+  assert ksvd_ratio(row(none)) == "not recorded"
+  assert ksvd_ratio(row(zero)) == "-"
+  assert ksvd_ratio(None) == "-"

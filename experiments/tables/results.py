@@ -12,7 +12,8 @@ from pathlib import Path
 from experiments.engine import stats
 from experiments.tables import common
 from experiments.tables.common import link, minutes, pct
-from experiments.tables.sweeps import mean_std
+from experiments.tables.ksvd_ratio import KSVD_RATIO, ksvd_ratio
+from experiments.tables.sweeps import mean_std, params
 from primal_jax import markdown
 from primal_jax.atomic_files import read_json
 
@@ -56,6 +57,9 @@ def _planned_rows(table: str):
   return sweep, mine, common.note_rows(rows)
 
 
+_RATIO_HEADERS = (f"{KSVD_RATIO}, honest", "release")
+
+
 def _uea_ablation(table: str, columns: Sequence[str]) -> str:
   """An ablation table of the UEA sweep (table6, table8): mean ± std per protocol, then the paired differences
   against its baseline row (`BASELINES` of experiments/sweeps/uea.py); runs found by `_planned_rows`."""
@@ -69,7 +73,8 @@ def _uea_ablation(table: str, columns: Sequence[str]) -> str:
     honest, release = by_cell.get((cell, "honest")), by_cell.get((cell, "release"))
     paper = "-" if cell.paper is None else f"{cell.paper:.1f}"
     body.append([*dict(cell.labels).values(), paper, mean_std(honest, full=full), mean_std(release, full=full)])
-  header = [*columns, "paper", "ours, honest protocol", "ours, release protocol"]
+    body[-1] += [ksvd_ratio(honest), ksvd_ratio(release)]
+  header = [*columns, "paper", "ours, honest protocol", "ours, release protocol", *_RATIO_HEADERS]
   means = markdown.table(header, body, numeric_from=len(columns))
   column, value = sweep.baselines[table]
   paired = paired_table(sweep, rows, table)
@@ -92,8 +97,9 @@ def uea_table1_all(base: Path) -> str:
     honest, release = rows.get((cell.labels, "honest")), rows.get((cell.labels, "release"))
     paper = "-" if cell.paper is None else f"{cell.paper:.1f}"
     honest_text, release_text = (mean_std(r, full=r.planned if r else full) for r in (honest, release))
-    body.append([labels["dataset"], labels["model"], paper, honest_text, release_text])
-  header = ["dataset", "model", "paper", "ours, honest protocol", "ours, release protocol"]
+    body.append([labels["dataset"], labels["model"], params(honest or release), paper, honest_text, release_text])
+    body[-1] += [ksvd_ratio(honest), ksvd_ratio(release)]
+  header = ["dataset", "model", "params", "paper", "ours, honest protocol", "ours, release protocol", *_RATIO_HEADERS]
   means = markdown.table(header, body, numeric_from=2)
   paired = paired_table(sweep, found, "table1_all")
   return f"{means}\n\nPaired differences by seed against Trans.:\n\n{paired}\n\n{paired_note(sweep)}"

@@ -22,6 +22,7 @@ import numpy as np
 from experiments.engine.records import is_rerun, run_origin
 from experiments.tables import common
 from experiments.tables.common import ROOT, link, minutes, note_rows
+from experiments.tables.ksvd_ratio import KSVD_RATIO, ksvd_ratio, mean_ratio
 from primal_jax import markdown
 from primal_jax.atomic_files import DamagedFileError, read_json
 
@@ -160,9 +161,10 @@ def d4rl_sweep(table: str, base: Path) -> str:
     data = datasets[f"{labels['env']}-{labels['dataset']}-v4-n100000-s0"]
     setting = _setting(labels, ("env", "dataset", "model"), default="release")
     body.append([labels["env"], labels["dataset"], labels["model"], setting, f"{data['normalized_score']:.1f}"])
-    body[-1] += [params(row), _paper(row), mean_std(row), _per_run(row), ran_on(row), provenance(row)]
+    body[-1] += [params(row), _paper(row), mean_std(row), ksvd_ratio(row), _per_run(row), ran_on(row)]
+    body[-1].append(provenance(row))
   header = ["env", "dataset", "model", "setting", "dataset mean", "params", "paper (D4RL)", "ours (embedded)"]
-  return markdown.table(header + ["time/run", "ran on", "code"], body, numeric_from=4)
+  return markdown.table(header + [KSVD_RATIO, "time/run", "ran on", "code"], body, numeric_from=4)
 
 
 def converged(row) -> str:
@@ -191,9 +193,9 @@ def vit_sweep(table: str, base: Path) -> str:
   for row in _rows("vit", table, ("DeiT", "Primal.+DeiT")):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("dataset", "model")), params(row), _paper(row)])
-    body[-1] += [mean_std(row), converged(row), _per_run(row), ran_on(row), provenance(row)]
-  header = ["model", "setting", "params", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", "converged"]
-  header += ["time/run", "ran on", "code"]
+    body[-1] += [mean_std(row), ksvd_ratio(row), converged(row), _per_run(row), ran_on(row), provenance(row)]
+  header = ["model", "setting", "params", "paper (ImageNet-100 top-1)", "ours (Fashion-MNIST top-1)", KSVD_RATIO]
+  header += ["converged", "time/run", "ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
@@ -208,13 +210,13 @@ def lra_sweep(table: str, base: Path) -> str:
   body = []
   for row in _rows("lra", table, (*order, "Primal.+Trans.")):
     labels = dict(row.cell.labels)
-    body.append([labels["dataset"], labels["model"], params(row), _paper(row), mean_std(row)])
+    body.append([labels["dataset"], labels["model"], params(row), _paper(row), mean_std(row), ksvd_ratio(row)])
     body[-1] += [learned_seeds(sweep, row), converged(row), _per_run(row), ran_on(row), provenance(row)]
   release = table in {run.cell.table for run in sweep.runs if ",short" not in run.config}  # no `short`: the release's
   steps = {dict(run.cell.labels).get("steps") for run in sweep.runs if run.cell.table == table} - {None}
   schedule = "the release's schedule" if release else (f"{', '.join(sorted(steps))} steps" if steps else "`short`")
-  header = ["task", "model", "params", "paper (Table 2)", f"ours ({schedule}, test at best validation)", "learned"]
-  header += ["converged", "time/run", "ran on", "code"]
+  header = ["task", "model", "params", "paper (Table 2)", f"ours ({schedule}, test at best validation)", KSVD_RATIO]
+  header += ["learned", "converged", "time/run", "ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
@@ -278,9 +280,9 @@ def lm_sweep(table: str, base: Path) -> str:
   for row in _rows("lm", table, [label for label, _, _ in MODELS]):
     labels = dict(row.cell.labels)
     body.append([labels["model"], _setting(labels, ("model",)), params(row), _paper(row)])
-    body[-1] += [mean_std(row, digits=3), _per_run(row), ran_on(row), provenance(row)]
-  header = ["model", "setting", "params", "release README (WikiText-103 ppl)", "ours (test bits/byte)", "time/run"]
-  header += ["ran on", "code"]
+    body[-1] += [mean_std(row, digits=3), ksvd_ratio(row), _per_run(row), ran_on(row), provenance(row)]
+  header = ["model", "setting", "params", "release README (WikiText-103 ppl)", "ours (test bits/byte)", KSVD_RATIO]
+  header += ["time/run", "ran on", "code"]
   return markdown.table(header, body, numeric_from=2)
 
 
@@ -302,16 +304,6 @@ def lm_eta(base: Path) -> str:
     start = read_json(path, "an eta calibration run's summary")["ksvd_ratio"]["start"]
     calibration.append(f"{model} {start['ratio']:.2g} at eta {start['eta']:g} ({link(path, base, 'summary.json')})")
   return f"{table}\n\neta x KSVD / task at step 1 in the 2-step calibration runs: {'; '.join(calibration)}."
-
-
-def _ratio(row, at: str) -> str:
-  """Mean over a row's runs of eta x KSVD / task loss at the first ("start") or last ("end") logged step; "-"
-  where no run recorded it (runs made before `ksvd_ratio` existed), "(n = k)" where only k did."""
-  records = [read_json(Path(source) / "result.json", "a finished run's record") for source in row.sources]
-  values = [r["summary"]["ksvd_ratio"][at]["ratio"] for r in records if r["summary"].get("ksvd_ratio")]
-  if not values:
-    return "-"
-  return f"{np.mean(values):.3g}" + ("" if len(values) == len(row.sources) else f" (n = {len(values)})")
 
 
 def eta_table(folder: Path, sweep, source, value: str, digits: int = 1) -> str:
@@ -340,7 +332,7 @@ def eta_table(folder: Path, sweep, source, value: str, digits: int = 1) -> str:
   note_rows(rows.values())
   body = []
   for labels, row in rows.items():
-    start, end = _ratio(row, "start"), _ratio(row, "end")
+    start, end = mean_ratio(row, "start"), mean_ratio(row, "end")
     body.append([*dict(labels).values(), mean_std(row, digits=digits, full=full), start, end])
   header = ["model", "eta", value, "eta x KSVD / task, step 1", "at the last step"]
   means = markdown.table(header, body, numeric_from=2)
