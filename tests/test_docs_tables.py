@@ -113,3 +113,28 @@ def test_a_damaged_result_file_is_named_in_one_line(tmp_path, monkeypatch, capsy
     assert line.startswith("docs_tables: error: ") and f"table {table}: {path} (" in line and "is damaged" in line
     assert docs_tables.main([str(doc)]) == 2 and "old" in doc.read_text()  # nothing written
     capsys.readouterr()
+
+
+def test_every_paired_table_has_its_forest_plot_and_the_plot_draws_the_tables_intervals():
+  """Issue 55.7: a forest plot per paired table, drawn from the same rows: each plotted row's mean and Holm
+  interval (or raw interval, for a comparison not tested) is a row of the table it plots. A forest computed from
+  other rows than its table (the UEA eta table's release rows, read from table1_all) once drew other intervals."""
+  import re
+
+  block = r"<!-- table:{kind}:{name} begin -->(.*?)<!-- table:{kind}:{name} end -->"
+  for doc in (ROOT / "docs" / "results.md", ROOT / "docs" / "uncertainty.md"):
+    text = doc.read_text()
+    for name in re.findall(r"<!-- table:paired:(\S+) begin -->", text):
+      assert f"<!-- table:forest:{name} begin -->" in text, f"{doc.name}: paired:{name} has no forest plot"
+    forests = re.findall(r"<!-- table:forest:(\S+) begin -->(.*?)<!-- table:forest:\1 end -->", text, re.S)
+    assert forests, doc
+    for name, plot in forests:
+      table = re.search(block.format(kind="paired", name=re.escape(name)), text, re.S)
+      family, _, rest = name.partition(":")
+      table = table or re.search(block.format(kind=re.escape(family), name=re.escape(rest)), text, re.S)
+      assert table, f"{doc.name}: forest:{name} plots no table of the page"
+      rows = re.findall(r"  ([+-][\d.]+) (?:raw )?(\[[+-][\d.]+, [+-][\d.]+\]) ", plot)
+      assert rows, f"forest:{name} draws no interval"
+      for mean, interval in rows:
+        row = rf"\| {re.escape(mean)} \|.*\| {re.escape(interval)} \|"
+        assert re.search(row, table.group(1)), f"forest:{name}: {mean} {interval} is no row of its table"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments.tables.forest import forest_lines
+from experiments.tables.text_plot import forest_lines
 
 
 def test_forest_lines_place_intervals_mean_and_zero_on_one_axis():

@@ -264,7 +264,9 @@ def test_the_eta_docs_table_takes_its_release_rows_from_table1_all_once(tmp_path
     in table
   )
   assert "| PrimalFormer | 0.0003 | 0 | 1 | +2.0 | - | - | - | - | unresolved |" in table
-  assert table.count("0.5 (release)") == 2  # once in the means, once in the pairs: not doubled
+  assert table.count("0.5 (release)") == 3  # once in the means, the pairs and the forest plot: not doubled
+  forest = table.split("```text")[1]  # the plot draws the same comparison, with the same interval
+  assert "PrimalFormer 0.5 (release) vs 0  " in forest and f"+1.5 {T1_INTERVAL} unresolved" in forest
 
 
 def test_the_table8_docs_table_finds_its_runs_by_the_sweeps_plan(tmp_path, monkeypatch):

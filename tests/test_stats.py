@@ -137,6 +137,19 @@ def test_holm_adjusts_step_down_on_a_worked_example():
     holm([1.5])
 
 
+def test_holm_levels_of_tied_p_values_do_not_depend_on_the_familys_order():
+  """Two comparisons with equal differences have equal p; Holm's step-down decides both at the first of them
+  (alpha / 3 here, m = 3), so both intervals take that level, whichever is listed first (by hand: 0.02, 0.02, then
+  0.5 at the last step). Before, the tie's second member took alpha / 2 or alpha / 3 by its place in the list."""
+  from experiments.engine.stats import holm, holm_confidences
+
+  levels = holm_confidences([0.02, 0.02, 0.5])
+  np.testing.assert_allclose(levels, [1 - 0.05 / 3, 1 - 0.05 / 3, 0.95], rtol=1e-15)
+  np.testing.assert_allclose(holm_confidences([0.5, 0.02, 0.02]), levels[::-1], rtol=1e-15)
+  np.testing.assert_allclose(holm([0.02, 0.02, 0.5]), [0.06, 0.06, 0.5], rtol=1e-12)  # equal adjusted p
+  assert holm_confidences([0.02, 0.02 * (1 + 1e-9)]).tolist() == [0.975, 0.95]  # not a tie: its own step
+
+
 def test_summary_statistics_give_the_same_p_and_interval_as_the_differences():
   """`summary_p_value` / `summary_interval` from (n, mean, std) alone equal the paired test and interval computed
   from the differences (1, 2, 3, 4, 5 against zeros: mean 3, sd sqrt(2.5)), and refuse what cannot be tested."""

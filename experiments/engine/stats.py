@@ -145,13 +145,18 @@ def holm_confidences(p_values: list[float] | np.ndarray, confidence: float = 0.9
 
   Ranks as in `holm` (ascending p, nan left out and given nan). The interval at that level excludes zero exactly
   when the test's own Holm step rejects (p_(k) <= alpha / (m - k + 1)); a test is a finding only where its adjusted
-  p-value is <= alpha as well, as Holm stops at the first step that does not reject.
+  p-value is <= alpha as well, as Holm stops at the first step that does not reject. Tied p-values (equal to 12
+  significant digits: equal differences give them) share the level of the first of them, the step that decides
+  them all, so a test's interval does not depend on the order the family is listed in.
   """
   alpha = 1 - confidence
   p = np.asarray(p_values, dtype=np.float64)
   out = np.full(p.shape, np.nan)
   tested = np.flatnonzero(np.isfinite(p))
   m = len(tested)
+  first, previous = 0, None
   for k, index in enumerate(tested[np.argsort(p[tested], kind="stable")]):
-    out[index] = 1 - alpha / (m - k)
+    if previous is None or not np.isclose(p[index], previous, rtol=1e-12, atol=0.0):
+      first, previous = k, p[index]
+    out[index] = 1 - alpha / (m - first)
   return out

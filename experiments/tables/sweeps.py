@@ -315,8 +315,9 @@ def eta_table(folder: Path, sweep, source, value: str, digits: int = 1) -> str:
   records; a sourced row ignores the eta table's own records of it, so no run counts twice."""
 
   from experiments.engine.aggregate import stored_rows
-  from experiments.engine.paired import paired_note, paired_table
+  from experiments.engine.paired import comparisons, paired_note, paired_table
   from experiments.engine.spec import Cell
+  from experiments.tables.text_plot import forest_table
 
   planned = [r for r in sweep.runs if r.cell.table == "eta"]
   protocol, full = planned[0].protocol, len({r.seed for r in planned})
@@ -337,7 +338,9 @@ def eta_table(folder: Path, sweep, source, value: str, digits: int = 1) -> str:
   header = ["model", "eta", value, "eta x KSVD / task, step 1", "at the last step"]
   means = markdown.table(header, body, numeric_from=2)
   paired = paired_table(sweep, list(rows.values()), "eta")
-  return f"{means}\n\nPaired differences by seed against eta = 0 of the same model:\n\n{paired}\n\n{paired_note(sweep)}"
+  forest = forest_table(comparisons(sweep, list(rows.values()), "eta"), sweep.digits, "0")  # the same rows' plot
+  text = f"{means}\n\nPaired differences by seed against eta = 0 of the same model:\n\n{paired}\n\n{paired_note(sweep)}"
+  return f"{text}\n\n{forest}"
 
 
 def lm_throughput(name: str, base: Path) -> str:
