@@ -53,6 +53,7 @@ from experiments.tables import (
   efficiency,
   forest,
   gemv_chain,
+  ksvd_ratio,
   paired_docs,
   results,
   step_profile,
@@ -106,6 +107,7 @@ PARAMETERIZED: dict[str, Callable[[str, Path], str]] = {
   "step_profile": step_profile.docs_table,
   "gemv_chain": gemv_chain.docs_table,
   "uncertainty": uncertainty.docs_table,  # uncertainty:<name>: experiments/tables/uncertainty.py
+  "release_ratio": ksvd_ratio.release_ratio,  # release_ratio:<name>: the release's own eta x KSVD / task
 }
 
 

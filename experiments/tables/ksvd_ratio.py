@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from primal_jax import markdown
 from primal_jax.atomic_files import read_json
 
 
@@ -40,3 +41,28 @@ def ksvd_ratio(row) -> str:
   means = [[entry[at]["ratio"] for entry in found if at in entry] for at in ("start", "middle", "end")]
   text = " / ".join(f"{np.mean(values):.2g}" if len(values) == len(found) else "-" for values in means)
   return text if len(found) == len(row.sources) else f"{text} (n = {len(found)})"
+
+
+def release_ratio(name: str, base: Path) -> str:
+  """`release_ratio:<name>`: eta x KSVD / task loss in the authors' own UEA PrimalFormer training
+  (experiments/results/release_ratio/<name>/ratio.json, `experiments.release_ratio`) at its first, middle and
+  last steps, per seed and averaged: the release's counterpart of our records' `ksvd_ratio`."""
+  from experiments.tables.common import RESULTS, link
+
+  path = RESULTS / "release_ratio" / name / "ratio.json"
+  record = read_json(path, "the release's KSVD ratio record")
+  runs, meta = record["runs"], record["meta"]
+  counts = {len(run["steps"]) for run in runs}
+  if len(counts) != 1:
+    raise ValueError(f"{path}: its runs have different step counts {sorted(counts)}")
+  steps = counts.pop()
+  at = {"step 1": 0, f"step {steps // 2}": steps // 2 - 1, f"step {steps}": steps - 1}
+  body = [[str(run["seed"]), *(f"{run['steps'][i]['ratio']:.3g}" for i in at.values())] for run in runs]
+  body.append(["mean", *(f"{np.mean([run['steps'][i]['ratio'] for run in runs]):.3g}" for i in at.values())])
+  table = markdown.table(["torch seed", *(f"eta x KSVD / task, {k}" for k in at)], body)
+  eta = runs[0]["steps"][0]["eta"]
+  release = (meta.get("release_commit") or "unknown")[:7]
+  return (
+    f"{table}\n\nThe release's PrimalFormer (commit {release}), {meta['dataset']}, eta {eta:g}, {meta['epochs']} "
+    f"epochs ({steps} steps of batch 16), torch {runs[0]['torch']} on the CPU; {link(path, base)}."
+  )
