@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
   out = Path(args.out) / "ratio.json"
   if out.exists():
     parser.error(f"--out: {out} exists; records are never rewritten, name a new folder")
+  origin = provenance(devices=False)  # the tree as the run starts (edits made while it runs are not its code)
   seeds = [int(s) for s in args.seeds.split(",")]
   train = read_ts(fetch_aeon_dataset(_DATASET) / f"{_DATASET}_TRAIN.ts")
   arrays = release_arrays(train.series, train.labels)
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
       runs.append(json.loads(lines[-1][len(MARKER) :]))
       first = runs[-1]["steps"][0]
       print(f"seed {seed}: step 1 eta x KSVD / task {first['ratio']:.3g}, last {runs[-1]['steps'][-1]['ratio']:.3g}")
-  meta = {"provenance": provenance(devices=False), "platform": "cpu", "device_kind": "cpu"}
+  meta = {"provenance": origin, "platform": "cpu", "device_kind": "cpu"}
   meta.update(dataset=_DATASET, epochs=args.epochs, release_commit=_release_commit(args.release_dir))
   out.parent.mkdir(parents=True, exist_ok=True)
   write_json_atomically(out, {"meta": meta, "runs": runs}, indent=1)
