@@ -137,8 +137,9 @@ def test_vit_figure1_is_four_arms_of_three_models_sharing_the_tables_runs():
   figure = select(planned, ["figure1"])
   arms = collections.Counter(dict(r.cell.labels)["arm"] for p in figure for r in p.runs if r.cell.table == "figure1")
   assert arms == {"DeiT": 3, "Primal.+DeiT eta=0.05": 3, "Primal.+DeiT eta=0": 3, "Primal.+DeiT eta=3": 3}
-  # figure1's DeiT and eta=0.05 arms are the fashion_mnist runs, seed 0 of eta=0 eta0's; table5_long adds 6
-  assert len(planned) == 12 + 6
+  # figure1's DeiT and eta=0.05 arms are the fashion_mnist runs, seed 0 of eta=0 eta0's; table5_long and
+  # table5_8x add 6 each
+  assert len(planned) == 12 + 6 + 6
   for p in figure:
     arm = next(dict(r.cell.labels)["arm"] for r in p.runs if r.cell.table == "figure1")
     etas = {"DeiT": 0.0, "Primal.+DeiT eta=0": 0.0, "Primal.+DeiT eta=3": 3.0}
@@ -148,9 +149,17 @@ def test_vit_figure1_is_four_arms_of_three_models_sharing_the_tables_runs():
   assert {(p.config.seed, p.config.model.layers[-1]) for p in long} == {
     (s, m) for s in range(3) for m in ("softmax", "primal")
   }
+  eight = select(planned, ["table5_8x"])  # issue 55.3: the same runs at 8x, their own table and run keys
+  assert len(eight) == 6 and {p.config.total_steps for p in eight} == {24_000}
+  assert {(p.config.seed, p.config.model.layers[-1]) for p in eight} == {
+    (s, m) for s in range(3) for m in ("softmax", "primal")
+  }
+  assert not {p.key for p in eight} & {p.key for p in long}
+  assert {p.config.checkpoint_on_eval for p in eight} == {True}
   assert sweep.baselines == {
     "fashion_mnist": ("model", "DeiT"),
     "table5_long": ("model", "DeiT"),
+    "table5_8x": ("model", "DeiT"),
     "figure1": ("arm", "Primal.+DeiT eta=0"),  # accuracy of each Figure 1 arm against the arm without KSVD loss
   }
 
