@@ -241,7 +241,7 @@ def test_table2_plans_every_mechanism_task_and_seed():
   expected |= {(t, m): 3 for t in ("image", "pathfinder") for m in ("linformer", "yoso_e")}
   expected |= {("figure1", "softmax"): 3, ("figure1", "primalformer"): 9, ("listops_release", "primalformer"): 3}
   expected |= {("pathfinder_matched", "primalformer"): 3, ("pathfinder_matched", "linformer"): 6}
-  expected |= {("image_long", m): 3 for m in ("softmax", "primalformer", "primal_plus")}
+  expected |= {(t, m): 3 for t in ("image_long", "image_8x") for m in ("softmax", "primalformer", "primal_plus")}
   expected |= {("image_matched", m): 3 for m in ("primalformer", "primal_plus")} | {("image_matched", "softmax"): 6}
   expected |= {("listops_tuned", m): 6 for m in TABLE2}  # 2 rates x 3 seeds
   expected |= {("pathfinder_tuned", m): 6 for m in ("softmax", "primalformer", "primal_plus", "linformer", "yoso_e")}
@@ -250,8 +250,9 @@ def test_table2_plans_every_mechanism_task_and_seed():
   # pathfinder_matched: the pathfinder table's PrimalFormer and Linformer runs and 3 of Linformer at k 16;
   # image_long: 9 new runs; image_matched: the image table's Trans., PrimalFormer and Primal.+Trans. and 3 new;
   # listops_tuned and pathfinder_tuned: their tables' runs at the `short` rate, and 27 and 15 new at the other;
-  # pathfinder_5seeds: pathfinder_tuned's PrimalFormer (both rates) and Linformer (1e-4) runs, and seeds 3-4: 6 new
-  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9 + 3 + 27 + 15 + 6
+  # pathfinder_5seeds: pathfinder_tuned's PrimalFormer (both rates) and Linformer (1e-4) runs, and seeds 3-4: 6 new;
+  # image_8x: 9 new runs
+  assert counts == expected and len(plan(sweep.runs)) == 57 + 6 + 3 + 3 + 9 + 3 + 27 + 15 + 6 + 9
   assert {r.protocol for r in sweep.runs} == {"own_validation"}
   assert {r.cell.table for r in sweep.runs if ",short" not in r.config} == {"listops_release"}
   release = [p.config for p in select(plan(sweep.runs), ["listops_release"])]
@@ -264,7 +265,16 @@ def test_table2_plans_every_mechanism_task_and_seed():
   short = {(c.data.batch_size, c.optimizer.learning_rate, c.eval_every_steps) for c in long}
   assert short == {(32, 1e-3, 400)} and {(c.total_steps, c.optimizer.warmup_steps) for c in long} == {(3200, 320)}
   assert {c.data.task for c in long} == {"lra_image"} and sorted(c.seed for c in long) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+  # image_8x (issue 55.3): the same stretched 8x, its own run keys
+  eight = select(plan(sweep.runs), ["image_8x"])
+  assert {(c.config.total_steps, c.config.optimizer.warmup_steps) for c in eight} == {(6400, 640)}
+  assert {
+    (c.config.data.batch_size, c.config.optimizer.learning_rate, c.config.eval_every_steps) for c in eight
+  } == short
+  assert sorted(c.config.seed for c in eight) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+  assert not {c.key for c in eight} & {c.key for c in select(plan(sweep.runs), ["image_long"])}
   assert set(sweep.baselines) == {"listops", "image", "pathfinder", "pathfinder_matched", "image_long", "figure1"} | {
+    "image_8x",
     "image_matched",
     "listops_tuned",
     "pathfinder_tuned",
@@ -367,11 +377,11 @@ def test_table2_pathfinder_5seeds_chooses_on_every_seed_of_five_and_pairs_agains
 def test_table2_every_planned_model_builds_at_its_tasks_length():
   planned = plan(load_sweep(f"{LRA_SWEEP}:seeds=1,figure_seeds=0").runs)
   # listops_release's, pathfinder_matched's, image_long's, image_matched's, the tuned tables' second rate, and
-  # pathfinder_5seeds' seeds 1-4 (3 configs)
-  assert len(planned) == 19 + 1 + 1 + 3 + 1 + 9 + 5 + 12
+  # pathfinder_5seeds' seeds 1-4 (3 configs), image_8x's
+  assert len(planned) == 19 + 1 + 1 + 3 + 1 + 9 + 5 + 12 + 3
   for p in planned.values():
     table = p.runs[0].cell.table.removesuffix("_tuned").removesuffix("_5seeds")
-    task = {"image_long": "image", "image_matched": "image"}.get(table, table)
+    task = {"image_long": "image", "image_8x": "image", "image_matched": "image"}.get(table, table)
     assert p.config.best_metric == "validation/accuracy"  # LRA's own validation split selects
     assert (p.config.data.val_fraction if task == "image" else p.config.data.num_validation) > 0
     assert lra_params.count_config_params(p.config, task) > 0, (task, _model(p.runs[0]))
