@@ -65,8 +65,13 @@ def main(argv: list[str] | None = None) -> None:
   out = Path(args.out) / "ratio.json"
   if out.exists():
     parser.error(f"--out: {out} exists; records are never rewritten, name a new folder")
+  try:
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+  except ValueError:
+    parser.error(f"--seeds: comma-separated integers, got {args.seeds!r}")
+  if args.epochs < 1:
+    parser.error(f"--epochs: at least 1, got {args.epochs}")
   origin = provenance(devices=False)  # the tree as the run starts (edits made while it runs are not its code)
-  seeds = [int(s) for s in args.seeds.split(",")]
   train = read_ts(fetch_aeon_dataset(_DATASET) / f"{_DATASET}_TRAIN.ts")
   arrays = release_arrays(train.series, train.labels)
   runs = []

@@ -62,14 +62,17 @@ def test_the_docs_table_shows_each_seeds_ratio_at_the_first_middle_and_last_step
     release_ratio("jv", tmp_path)
 
 
-def test_a_folder_that_holds_a_record_is_refused_before_anything_runs(tmp_path):
+def test_a_folder_that_holds_a_record_and_bad_seeds_or_epochs_are_refused_before_anything_runs(tmp_path):
   (tmp_path / "ratio.json").write_text("{}")
   args = ["--release_dir=/nowhere", "--torch_python=/nowhere/python", f"--out={tmp_path}"]
-  done = subprocess.run(
-    [sys.executable, "-m", "experiments.release_ratio", *args], capture_output=True, text=True, cwd=ROOT
-  )
+  command = [sys.executable, "-m", "experiments.release_ratio", *args]
+  done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
   assert done.returncode != 0 and "records are never rewritten" in done.stderr
   assert (tmp_path / "ratio.json").read_text() == "{}"
+  for bad, says in (("--epochs=0", "--epochs: at least 1, got 0"), ("--seeds=0,x", "--seeds: comma-separated")):
+    fresh = tmp_path / bad.strip("-").split("=")[0]
+    done = subprocess.run([*command[:-1], f"--out={fresh}", bad], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0 and says in done.stderr and not fresh.exists()
 
 
 @pytest.mark.slow
