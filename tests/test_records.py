@@ -118,7 +118,7 @@ def stop_after_parsing(monkeypatch):
 def _binaries() -> dict:
   """module -> the function that parses its command line (the arguments after `python -m MODULE`)."""
   from benchmarks import decoding, efficiency, gemv_chain, vs_release
-  from experiments import make_d4rl_dataset, pathfinder_learnability
+  from experiments import make_d4rl_dataset, pathfinder_learnability, release_ratio
   from primal_jax.cli import generate
   from primal_jax.cli.train import parse_command_line
 
@@ -127,6 +127,7 @@ def _binaries() -> dict:
     "experiments.generate": lambda argv: generate.main(["experiments.generate", *argv]),
     "experiments.pathfinder_learnability": pathfinder_learnability.main,
     "experiments.make_d4rl_dataset": make_d4rl_dataset.main,
+    "experiments.release_ratio": release_ratio.main,
     "benchmarks.decoding": decoding.parse_args,
     "benchmarks.efficiency": efficiency.parse_args,
     "benchmarks.vs_release": vs_release.parse_args,
@@ -209,6 +210,10 @@ def recorded_commands() -> dict[str, str]:
     elif str(record.get("provenance", {}).get("argv", [""])[0]).endswith("experiments/main.py"):
       # a training run's summary.json: its command is the training binary's argv
       found[where] = shlex.join(["python", "-m", "experiments.main", *record["provenance"]["argv"][1:]])
+    elif Path((argv := record.get("meta", {}).get("provenance", {}).get("argv") or ["."])[0]).parent.name == (
+      "experiments"
+    ):  # a one-off experiment's record (experiments/release_ratio.py, run from any checkout): its argv, as run
+      found[where] = shlex.join(["python", "-m", f"experiments.{Path(argv[0]).stem}", *argv[1:]])
     elif all(isinstance(v, dict) and "command" in v for v in record.values()):  # d4rl/datasets.json
       found.update({f"{where}:{key}": v["command"] for key, v in record.items()})
     else:
@@ -253,6 +258,7 @@ def test_every_recorded_command_parses_as_a_command_of_the_current_cli(stop_afte
     ("python -m experiments.main --config=uea --workdir=W --num_epochs=3", "Unknown command line flag"),
     ("python -m benchmarks.decoding --contexts=1024 --softmax_impl=flash", "exit 2"),
     ("python -m experiments.pathfinder_learnability --distractors=2", "exit 2"),
+    ("python -m experiments.release_ratio --release_dir=R --torch_python=P --out=O --steps=3", "exit 2"),
     ("python -m experiments.gone --x=1", "not a command of a known binary"),
   ],
 )
